@@ -1,0 +1,2 @@
+// placeholder: filled by its owner
+int main() { return 1; }

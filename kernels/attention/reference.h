@@ -12,10 +12,13 @@ struct SparseAttentionArgs {
   float scale = 0.f;      // softmax scale (head_dim^-0.5)
   const float* q = nullptr;       // [T, heads*head_dim]
   const float* sink = nullptr;    // [heads]
-  // window: positions >= p0 come from chunk_kv row (pos - p0); positions < p0 from ring slot pos % window
+  // window: positions >= p0 come from chunk_kv row (pos - p0); positions < p0 from ring slot pos % R
   const float* chunk_kv = nullptr;  // [T, head_dim]
-  const float* ring = nullptr;      // [window, head_dim]
+  const float* ring = nullptr;      // [R, head_dim]
   int window = 0;
+  // R, the ring's slot count: 0 means R = window. R = window + K keeps the rows a speculative rollback of up
+  // to K rejected positions needs (their writes land in slots of positions nobody reads again).
+  int ring_rows = 0;
   // compressed branch (ratio 0 = none): entry j visible to position p iff j < (p+1)/ratio
   int ratio = 0;
   const float* pool = nullptr;      // [>= visible entries, head_dim]
@@ -26,7 +29,8 @@ struct SparseAttentionArgs {
 // out [T, heads*head_dim]: o_h = sum_j softmax_j([s_j..., sink_h]) kv_j, s_j = q_h . kv_j * scale.
 void sparse_attention(const SparseAttentionArgs& a, float* out);
 
-// ring[pos % window] = chunk_kv[pos - p0] for the chunk's last min(T, window) positions.
-void window_kv_update(const float* chunk_kv, int rows, int head_dim, int64_t p0, float* ring, int window);
+// ring[pos % R] = chunk_kv[pos - p0] for the chunk's last min(T, R) positions; R = ring_rows, or window if 0.
+void window_kv_update(const float* chunk_kv, int rows, int head_dim, int64_t p0, float* ring, int window,
+                      int ring_rows = 0);
 
 }  // namespace smelt::kernels

@@ -17,10 +17,12 @@ struct CompressorArgs {
   float eps = 1e-6f;
   int rope_dim = 0;
   const float* inv_freq = nullptr;  // rope_dim/2 (compress table)
+  // Slot count R of `ring`: 0 means 2*ratio. R = 2*ratio + K survives a speculative rollback of K positions.
+  int ring_rows = 0;
 };
 
-// x [rows, in_dim] at positions p0 .. p0+rows-1. `ring` [2*ratio, 2*c*head_dim] holds projected rows
-// (kv then gate, ape not added) of earlier positions at slot pos % (2*ratio) and is updated here.
+// x [rows, in_dim] at positions p0 .. p0+rows-1. `ring` [R, 2*c*head_dim] holds projected rows (kv then
+// gate, ape not added) of earlier positions at slot pos % R and is updated here.
 // Every entry j completed inside the chunk is written to pool row j (pool_capacity rows; overflow is a
 // caller error checked by the runtime).
 void compressor(const CompressorArgs& a, const float* x, int rows, int64_t p0, float* ring, float* pool,

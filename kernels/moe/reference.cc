@@ -1,1 +1,104 @@
-// placeholder: filled by its owner
+#include "kernels/moe/reference.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/common.h"
+#include "kernels/linear/reference.h"
+
+namespace smelt::kernels {
+
+void moe_route(const MoeRouteArgs& a, float* weights, int32_t* idx) {
+  const int E = a.n_experts, K = a.topk;
+  std::vector<float> s(E), sel(E);
+  std::vector<int32_t> order(E);
+  for (int r = 0; r < a.rows; ++r) {
+    const float* x = a.x + int64_t(r) * a.dim;
+    for (int e = 0; e < E; ++e) s[e] = detail::dot(x, a.gate + int64_t(e) * a.dim, a.dim);
+    switch (a.scoring) {
+      case Scoring::SqrtSoftplus:
+        for (int e = 0; e < E; ++e) s[e] = std::sqrt(detail::softplus(s[e]));
+        break;
+      case Scoring::Sigmoid:
+        for (int e = 0; e < E; ++e) s[e] = detail::sigmoid(s[e]);
+        break;
+      case Scoring::Softmax: {
+        float mx = s[0], sum = 0.0f;
+        for (int e = 1; e < E; ++e) mx = std::fmax(mx, s[e]);
+        for (int e = 0; e < E; ++e) sum += (s[e] = std::exp(s[e] - mx));
+        for (int e = 0; e < E; ++e) s[e] /= sum;
+        break;
+      }
+    }
+    int32_t* ri = idx + int64_t(r) * K;
+    float* rw = weights + int64_t(r) * K;
+    if (a.tid2eid) {
+      // Hash layers: the experts are fixed per token id; the gate still provides their weights.
+      std::memcpy(ri, a.tid2eid + int64_t(a.ids[r]) * K, sizeof(int32_t) * size_t(K));
+    } else {
+      // The correction bias steers which experts are picked, never how much they weigh.
+      for (int e = 0; e < E; ++e) sel[e] = a.bias ? s[e] + a.bias[e] : s[e];
+      for (int e = 0; e < E; ++e) order[e] = e;
+      std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int32_t u, int32_t v) {
+        return sel[u] > sel[v] || (sel[u] == sel[v] && u < v);
+      });
+      std::memcpy(ri, order.data(), sizeof(int32_t) * size_t(K));
+    }
+    float sum = 0.0f;
+    for (int t = 0; t < K; ++t) {
+      rw[t] = ri[t] >= 0 && ri[t] < E ? s[ri[t]] : 0.0f;  // a bad table entry weighs nothing
+      sum += rw[t];
+    }
+    for (int t = 0; t < K; ++t) {
+      if (a.norm_topk_prob) rw[t] = rw[t] / (sum + 1e-20f);
+      rw[t] = rw[t] * a.route_scale;
+    }
+  }
+}
+
+void swiglu_mlp(const float* x, int rows, int dim, int inter, const float* w1, const float* w2, const float* w3,
+                float limit, float* y) {
+  std::vector<float> g(size_t(rows) * inter), u(size_t(rows) * inter);
+  linear(x, w1, g.data(), rows, dim, inter);
+  linear(x, w3, u.data(), rows, dim, inter);
+  for (size_t i = 0; i < g.size(); ++i) {
+    float gi = g[i], ui = u[i];
+    if (limit > 0.0f) {  // comparisons, not fmin/fmax, so a NaN stays visible as in torch.clamp
+      gi = gi > limit ? limit : gi;
+      ui = ui > limit ? limit : (ui < -limit ? -limit : ui);
+    }
+    g[i] = detail::silu(gi) * ui;
+  }
+  linear(g.data(), w2, y, rows, inter, dim);
+}
+
+void moe_experts(const float* x, int rows, int dim, int inter, const float* const* w1, const float* const* w2,
+                 const float* const* w3, int n_experts, const float* weights, const int32_t* idx, int topk,
+                 float limit, float* y) {
+  std::fill(y, y + int64_t(rows) * dim, 0.0f);
+  std::vector<int64_t> hits;  // (row, slot) pairs routed to the current expert, as r * topk + t
+  std::vector<float> xb, yb;
+  // Experts in ascending order, so each row accumulates its experts in a fixed order (the oracle's too).
+  for (int e = 0; e < n_experts; ++e) {
+    hits.clear();
+    for (int64_t rt = 0; rt < int64_t(rows) * topk; ++rt)
+      if (idx[rt] == e) hits.push_back(rt);
+    if (hits.empty()) continue;
+    const int m = int(hits.size());
+    xb.resize(size_t(m) * dim);
+    yb.resize(size_t(m) * dim);
+    for (int i = 0; i < m; ++i)
+      std::memcpy(xb.data() + int64_t(i) * dim, x + (hits[i] / topk) * dim, sizeof(float) * size_t(dim));
+    swiglu_mlp(xb.data(), m, dim, inter, w1[e], w2[e], w3[e], limit, yb.data());
+    for (int i = 0; i < m; ++i) {
+      float* yr = y + (hits[i] / topk) * dim;
+      const float* o = yb.data() + int64_t(i) * dim;
+      const float w = weights[hits[i]];
+      for (int d = 0; d < dim; ++d) yr[d] += o[d] * w;
+    }
+  }
+}
+
+}  // namespace smelt::kernels

@@ -1,5 +1,5 @@
-// RMSNorm: y = w * x / sqrt(mean(x^2) + eps), statistics in float32 (double accumulation is not used,
-// matching the oracle's fp32 reduction closely enough for the 1e-5 contract).
+// RMSNorm: y = w * (x * rsqrt(mean(x^2) + eps)) in float32. mean(x^2) is accumulated in double and rounded
+// once to float (the closest float to the exact statistic; torch's fp32 cascade sum lands within an ulp).
 #pragma once
 
 namespace smelt::kernels {

@@ -18,11 +18,12 @@ struct YarnConfig {
   double beta_fast = 32.0;
   double beta_slow = 1.0;
   double original_max_position_embeddings = 65536.0;
+  bool operator==(const YarnConfig&) const = default;
 };
 
 struct ModelConfig {
   ModelFamily family = ModelFamily::DeepseekV4;
-  std::string model_type;  // as written in the file
+  std::string model_type;  // normalised: "deepseek_v4" or "deepseek_v41"
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int num_hidden_layers = 0;
@@ -69,6 +70,7 @@ struct ModelConfig {
   std::string expert_dtype;            // "fp4" or ""
 
   int compress_ratio(int layer) const { return compress_ratios.at(layer); }
+  bool operator==(const ModelConfig&) const = default;
 };
 
 // Parse a config.json file (path used in errors) or its text.

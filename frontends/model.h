@@ -1,10 +1,18 @@
 // The model description the compiler imports: config + every tensor the model needs, keyed by its
-// canonical (official release layout) name, as zero-copy views into the checkpoint. Accepts the official
-// layout (layers.{i}.attn.wq_a.weight, ffn.experts.{e}.w1.weight, ...) and the transformers layout
-// (model.layers.{i}.self_attn.q_a_proj.weight, fused mlp.experts.gate_up_proj, ...).
+// canonical (official release layout) name, as zero-copy views into the checkpoint. Accepts three layouts:
+//  - Official: the release's names (layers.{i}.attn.wq_a.weight, ffn.experts.{e}.w1.weight, embed.weight);
+//  - Transformers: transformers' module names (model.layers.{i}.self_attn.q_a_proj.weight, fused
+//    mlp.experts.gate_up_proj [E, 2F, D] and down_proj [E, D, F], split here into per-expert views);
+//  - TransformersSaved: what transformers 5.17 save_pretrained writes (it undoes its renames): the official
+//    per-layer names under "model.", except attn.kv_norm saved as attn.norm, and the globals
+//    model.embed_tokens.weight, model.norm.weight, model.hc_head.hc_{fn,base,scale}, head.weight.
+// Official checkpoints may store linears as FP8 (F8_E4M3 weight + F8_E8M0 `.scale`, blocks from
+// weight_block_size) and routed experts as FP4 (I8 [out, in/2] + `.scale` [out, in/32]); the scales are
+// then listed too, under the canonical name with `.scale` in place of `.weight`.
 #pragma once
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "frontends/config.h"
@@ -12,7 +20,8 @@
 
 namespace smelt {
 
-enum class TensorLayout { Official, Transformers };
+enum class TensorLayout { Official, Transformers, TransformersSaved };
+std::string_view layout_name(TensorLayout l);  // "official", "transformers", "transformers-saved"
 
 struct ModelDescription {
   std::string dir;

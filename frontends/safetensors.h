@@ -34,7 +34,11 @@ struct TensorInfo {
 class MappedFile {
  public:
   static std::shared_ptr<MappedFile> open(const std::string& path);
+  // A non-owning view of bytes already in memory (tests, fuzzing); `name` stands in for the path in errors.
+  static std::shared_ptr<MappedFile> borrow(const uint8_t* data, uint64_t size, const std::string& name);
   ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
   const uint8_t* data() const { return data_; }
   uint64_t size() const { return size_; }
   const std::string& path() const { return path_; }
@@ -44,6 +48,7 @@ class MappedFile {
   std::string path_;
   const uint8_t* data_ = nullptr;
   uint64_t size_ = 0;
+  bool owned_ = false;  // munmap on destruction
 };
 
 // One .safetensors file: parsed and validated header (dtypes known, shapes x dtype == byte ranges, ranges

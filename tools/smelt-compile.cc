@@ -1,2 +1,72 @@
-// placeholder: filled by its owner
-int main() { return 1; }
+// smelt-compile MODEL_DIR --target cpu|h200|FILE.json [--tp N] [--pp M] -o PLAN.smelt
+//               [--dump-ir-after-all DIR] [--compile-to PHASE] [--compile-from FILE.mlir]
+//               [--max-rows N] [--max-seq-len N] [--pipeline STR]
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "compiler/driver.h"
+#include "frontends/error.h"
+
+namespace {
+
+const char* kUsage =
+    "usage: smelt-compile MODEL_DIR --target cpu|h200|FILE.json [--tp N] [--pp M] -o PLAN.smelt\n"
+    "                     [--dump-ir-after-all DIR] [--compile-to import|verify|select-kernels|plan-memory]\n"
+    "                     [--compile-from FILE.mlir] [--max-rows N] [--max-seq-len N] [--pipeline STR]\n";
+
+int64_t parse_int(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  long long n = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0') throw smelt::Error(flag + " " + v + ": not an integer");
+  return n;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    smelt::CompileOptions o;
+    o.target.clear();
+    bool target_given = false;
+    for (int i = 1; i < argc; ++i) {
+      std::string a = argv[i];
+      if (a == "-h" || a == "--help") {
+        std::fputs(kUsage, stdout);
+        return 0;
+      }
+      std::string value;
+      if (a.rfind("--", 0) == 0 && a.find('=') != std::string::npos) {  // --flag=value
+        value = a.substr(a.find('=') + 1);
+        a = a.substr(0, a.find('='));
+      } else if (a[0] == '-') {
+        if (i + 1 >= argc) throw smelt::Error(a + " needs a value");
+        value = argv[++i];
+      }
+      if (a == "--target") o.target = value, target_given = true;
+      else if (a == "--tp") o.tp = parse_int(a, value);
+      else if (a == "--pp") o.pp = parse_int(a, value);
+      else if (a == "-o" || a == "--output") o.output = value;
+      else if (a == "--dump-ir-after-all") o.dump_dir = value;
+      else if (a == "--compile-to") o.compile_to = value;
+      else if (a == "--compile-from") o.compile_from = value;
+      else if (a == "--max-rows") o.max_rows = parse_int(a, value);
+      else if (a == "--max-seq-len") o.max_seq_len = parse_int(a, value);
+      else if (a == "--pipeline") o.pipeline = value;
+      else if (a[0] == '-') throw smelt::Error("unknown option " + a + "\n" + kUsage);
+      else if (o.model_dir.empty()) o.model_dir = a;
+      else throw smelt::Error("unexpected argument " + a + " (MODEL_DIR is " + o.model_dir + ")");
+    }
+    if (o.model_dir.empty()) throw smelt::Error(std::string("no MODEL_DIR given\n") + kUsage);
+    if (!target_given) throw smelt::Error("no --target given (cpu, h200 or a rig FILE.json)");
+    o.progress = [](const std::string& s) { std::fprintf(stderr, "smelt-compile: %s\n", s.c_str()); };
+    smelt::compile(o);
+    return 0;
+  } catch (const smelt::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: internal: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,2 +1,315 @@
-// placeholder: filled by its owner
-int main() { return 1; }
+// smelt-run: runs a compiled plan on the cpu backend.
+//   generate PLAN --prompt-ids 1,2,3 --max-new-tokens N [--greedy | --temperature T --top-p P --seed S]
+//            [--format text|json] [--chunk N] [--model DIR]
+//   logits   PLAN --prompt-ids ... [--decode-ids ...] --out FILE.safetensors [--chunk N] [--model DIR]
+//   inspect  PLAN [--format text|json]
+//   bench    PLAN [--prompt-len N] [--decode-tokens N] [--repeat R] [--format text|json] [--model DIR]
+// Errors: one line "error: ..." on stderr; exit 1 for bad input, 2 for bad usage.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "frontends/safetensors_writer.h"
+#include "runtime/inspect.h"
+#include "runtime/session.h"
+
+namespace {
+
+using smelt::runtime::Session;
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::vector<int32_t> parse_ids(const std::string& text, const std::string& flag) {
+  std::vector<int32_t> ids;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    std::string item = text.substr(start, end - start);
+    item.erase(0, item.find_first_not_of(' '));
+    item.erase(item.find_last_not_of(' ') + 1);
+    size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (item.empty() || used != item.size() || v < 0 || v > INT32_MAX)
+      throw UsageError(flag + ": '" + item + "' is not a token id (a non-negative integer)");
+    ids.push_back(int32_t(v));
+    start = end + 1;
+  }
+  return ids;
+}
+
+// Plan strings are not checked for UTF-8; print bad bytes as U+FFFD rather than fail.
+constexpr auto kReplace = nlohmann::json::error_handler_t::replace;
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::span<const float> row(const std::vector<float>& logits, int64_t r, int64_t vocab) {
+  return {logits.data() + r * vocab, size_t(vocab)};
+}
+
+// ---- generate --------------------------------------------------------------------------------------------
+
+struct GenerateArgs {
+  std::string plan, prompt_ids, prompt, format = "text", model;
+  int max_new_tokens = 0, chunk = 0, spec_k = 0;
+  bool greedy = false, has_temperature = false;
+  double temperature = 0.0;
+  double top_p = 1.0;
+  uint64_t seed = 0;
+};
+
+int generate(const GenerateArgs& a) {
+  if (!a.prompt.empty())
+    throw smelt::Error("--prompt needs a tokenizer, which smelt-run does not have yet; pass token ids with --prompt-ids");
+  if (a.prompt_ids.empty()) throw UsageError("generate needs --prompt-ids");
+  if (a.greedy && a.has_temperature) throw UsageError("--greedy and --temperature exclude each other");
+  if (a.spec_k > 0) throw smelt::Error("--spec-k: speculative decoding is not implemented yet");
+  std::vector<int32_t> prompt = parse_ids(a.prompt_ids, "--prompt-ids");
+  auto session = Session::open(a.plan, a.model);
+  int64_t need = int64_t(prompt.size()) + std::max(a.max_new_tokens - 1, 0);
+  if (need > session->plan().max_seq_len())
+    throw smelt::Error(a.plan + ": " + std::to_string(prompt.size()) + " prompt tokens + " +
+                       std::to_string(a.max_new_tokens) + " new tokens need " + std::to_string(need) +
+                       " positions but the plan was compiled for max_seq_len " +
+                       std::to_string(session->plan().max_seq_len()));
+  smelt::runtime::Sampler sampler(a.greedy ? 0.0 : a.temperature, a.top_p, a.seed);
+  int64_t vocab = session->vocab();
+
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<float> logits = session->prefill(prompt, a.chunk);
+  double prefill_ms = ms_since(t0);
+  std::vector<int32_t> tokens;
+  double decode_ms = 0.0;
+  if (a.max_new_tokens > 0) tokens.push_back(sampler.sample(row(logits, int64_t(prompt.size()) - 1, vocab)));
+  auto t1 = std::chrono::steady_clock::now();
+  while (int(tokens.size()) < a.max_new_tokens) {
+    std::vector<float> next = session->decode(tokens.back());
+    tokens.push_back(sampler.sample(next));
+  }
+  decode_ms = ms_since(t1);
+  int decode_steps = std::max(a.max_new_tokens - 1, 0);
+  double per_token = decode_steps ? decode_ms / decode_steps : 0.0;
+  double tokens_per_s = per_token > 0 ? 1000.0 / per_token : 0.0;
+
+  if (a.format == "json") {
+    nlohmann::ordered_json j;
+    j["tokens"] = tokens;
+    j["prompt_tokens"] = prompt.size();
+    j["prefill_ms"] = prefill_ms;
+    j["decode_ms_per_token"] = per_token;
+    j["tokens_per_s"] = tokens_per_s;
+    std::cout << j.dump(-1, ' ', false, kReplace) << "\n";
+  } else {
+    for (size_t i = 0; i < tokens.size(); ++i) std::cout << (i ? " " : "") << tokens[i];
+    std::cout << "\n";
+    std::fprintf(stderr, "prefill: %zu tokens in %.2f ms; decode: %d steps at %.3f ms/token (%.1f tokens/s)\n",
+                 prompt.size(), prefill_ms, decode_steps, per_token, tokens_per_s);
+  }
+  return 0;
+}
+
+// ---- logits ----------------------------------------------------------------------------------------------
+
+struct LogitsArgs {
+  std::string plan, prompt_ids, decode_ids, out, model;
+  int chunk = 0;
+};
+
+int logits(const LogitsArgs& a) {
+  std::vector<int32_t> prompt = parse_ids(a.prompt_ids, "--prompt-ids");
+  std::vector<int32_t> decode = a.decode_ids.empty() ? std::vector<int32_t>() : parse_ids(a.decode_ids, "--decode-ids");
+  auto session = Session::open(a.plan, a.model);
+  int64_t vocab = session->vocab();
+  std::vector<float> prompt_logits = session->prefill(prompt, a.chunk);
+  std::vector<float> decode_logits;
+  for (int32_t id : decode) {
+    std::vector<float> l = session->decode(id);
+    decode_logits.insert(decode_logits.end(), l.begin(), l.end());
+  }
+  std::vector<smelt::WriteTensor> tensors;
+  tensors.push_back({"prompt_logits", smelt::DType::F32, {int64_t(prompt.size()), vocab}, smelt::as_byte_span(prompt_logits)});
+  if (!decode.empty())
+    tensors.push_back({"decode_logits", smelt::DType::F32, {int64_t(decode.size()), vocab}, smelt::as_byte_span(decode_logits)});
+  smelt::write_safetensors(a.out, tensors, {{"plan", a.plan}, {"prompt_ids", a.prompt_ids}, {"decode_ids", a.decode_ids}});
+  std::fprintf(stderr, "wrote %s: prompt_logits [%zu, %lld]%s\n", a.out.c_str(), prompt.size(), (long long)vocab,
+               decode.empty() ? "" : (", decode_logits [" + std::to_string(decode.size()) + ", " + std::to_string(vocab) + "]").c_str());
+  return 0;
+}
+
+// ---- bench -----------------------------------------------------------------------------------------------
+
+struct BenchArgs {
+  std::string plan, format = "text", model;
+  int prompt_len = 0, decode_tokens = 32, repeat = 3, chunk = 0;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Prefill a synthetic prompt, then decode greedily; `repeat` runs after one warm-up, medians reported.
+int bench(const BenchArgs& a) {
+  auto session = Session::open(a.plan, a.model);
+  const smelt::runtime::Plan& plan = session->plan();
+  int64_t vocab = session->vocab();
+  for (const smelt::runtime::OpRef& op : plan.ops())  // ids must fit the embedding table
+    if (op.name == "smelt.embedding") vocab = std::min(vocab, plan.weight_shape(op.weights[0])[0]);
+  int64_t max_seq = plan.max_seq_len();
+  int64_t p = a.prompt_len > 0 ? a.prompt_len : std::min<int64_t>({plan.max_rows(), 128, std::max<int64_t>(max_seq / 2, 1)});
+  int64_t d = a.decode_tokens;
+  if (p + d > max_seq)
+    throw smelt::Error(a.plan + ": bench needs " + std::to_string(p + d) + " positions but max_seq_len is " +
+                       std::to_string(max_seq) + "; lower --prompt-len or --decode-tokens");
+  std::vector<int32_t> prompt(p);
+  for (int64_t i = 0; i < p; ++i) prompt[i] = int32_t((i * 7919 + 1) % vocab);
+
+  std::vector<double> prefill_ms, decode_ms;
+  for (int run = 0; run <= a.repeat; ++run) {
+    session->reset();
+    auto t0 = std::chrono::steady_clock::now();
+    std::vector<float> l = session->prefill(prompt, a.chunk);
+    double pm = ms_since(t0);
+    int32_t next = smelt::runtime::sample_greedy(row(l, p - 1, session->vocab()));
+    auto t1 = std::chrono::steady_clock::now();
+    for (int64_t k = 0; k < d; ++k) next = int32_t(smelt::runtime::sample_greedy(session->decode(next)) % vocab);
+    double dm = ms_since(t1);
+    if (run == 0) continue;  // warm-up: page faults of the weight mapping, cold caches
+    prefill_ms.push_back(pm);
+    decode_ms.push_back(dm);
+  }
+  double pm = median(prefill_ms), dm = median(decode_ms);
+  double prefill_per = pm / double(p), decode_per = d ? dm / double(d) : 0.0;
+  if (a.format == "json") {
+    nlohmann::ordered_json j;
+    j["backend"] = "cpu";
+    j["plan"] = a.plan;
+    j["prompt_tokens"] = p;
+    j["prefill_ms"] = pm;
+    j["prefill_ms_per_token"] = prefill_per;
+    j["prefill_tokens_per_s"] = prefill_per > 0 ? 1000.0 / prefill_per : 0.0;
+    j["decode_tokens"] = d;
+    j["decode_ms_per_token"] = decode_per;
+    j["decode_tokens_per_s"] = decode_per > 0 ? 1000.0 / decode_per : 0.0;
+    j["repeats"] = a.repeat;
+    std::cout << j.dump(-1, ' ', false, kReplace) << "\n";
+  } else {
+    std::printf("backend: cpu (reference kernels), median of %d runs after one warm-up\n", a.repeat);
+    std::printf("prefill: %lld tokens in %.2f ms = %.3f ms/token (%.1f tokens/s)\n", (long long)p, pm, prefill_per,
+                prefill_per > 0 ? 1000.0 / prefill_per : 0.0);
+    std::printf("decode:  %lld tokens at %.3f ms/token (%.1f tokens/s)\n", (long long)d, decode_per,
+                decode_per > 0 ? 1000.0 / decode_per : 0.0);
+  }
+  return 0;
+}
+
+std::string one_line(std::string s) {
+  std::replace(s.begin(), s.end(), '\n', ' ');
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const CLI::Range kCount(0, 1 << 30);  // token and row counts
+  CLI::App app{"smelt-run: run a compiled smelt plan (cpu backend)"};
+  app.require_subcommand(1);
+
+  GenerateArgs g;
+  CLI::App* gen = app.add_subcommand("generate", "generate tokens from a prompt");
+  gen->add_option("plan", g.plan, "plan file")->required();
+  gen->add_option("--prompt-ids", g.prompt_ids, "prompt token ids, comma-separated");
+  gen->add_option("--prompt", g.prompt, "prompt text (needs a tokenizer)");
+  gen->add_option("--max-new-tokens", g.max_new_tokens, "tokens to generate")->required()->check(kCount);
+  gen->add_flag("--greedy", g.greedy, "argmax sampling (the default)");
+  CLI::Option* temperature =
+      gen->add_option("--temperature", g.temperature, "sampling temperature (0 = greedy)")->check(CLI::Range(0.0, 1e6));
+  gen->add_option("--top-p", g.top_p, "nucleus mass kept when sampling")->check(CLI::Range(1e-9, 1.0));
+  gen->add_option("--seed", g.seed, "sampler seed (std::mt19937_64)");
+  gen->add_option("--spec-k", g.spec_k, "speculative draft length (not implemented yet)");
+  gen->add_option("--format", g.format, "text or json")->check(CLI::IsMember({"text", "json"}));
+  gen->add_option("--chunk", g.chunk, "prefill chunk rows (0 = the plan's max_rows)")->check(kCount);
+  gen->add_option("--model", g.model, "checkpoint directory (default: the one recorded in the plan)");
+
+  LogitsArgs l;
+  CLI::App* lg = app.add_subcommand("logits", "write float32 logits of a prompt (and decode steps) to safetensors");
+  lg->add_option("plan", l.plan, "plan file")->required();
+  lg->add_option("--prompt-ids", l.prompt_ids, "prompt token ids, comma-separated")->required();
+  lg->add_option("--decode-ids", l.decode_ids, "ids fed one decode step at a time after the prompt");
+  lg->add_option("--out", l.out, "output .safetensors file")->required();
+  lg->add_option("--chunk", l.chunk, "prefill chunk rows (0 = the plan's max_rows)")->check(kCount);
+  lg->add_option("--model", l.model, "checkpoint directory (default: the one recorded in the plan)");
+
+  std::string inspect_plan, inspect_format = "text";
+  CLI::App* ins = app.add_subcommand("inspect", "describe a plan");
+  ins->add_option("plan", inspect_plan, "plan file")->required();
+  ins->add_option("--format", inspect_format, "text or json")->check(CLI::IsMember({"text", "json"}));
+
+  BenchArgs b;
+  CLI::App* bn = app.add_subcommand("bench", "time prefill and decode on the cpu backend");
+  bn->add_option("plan", b.plan, "plan file")->required();
+  bn->add_option("--prompt-len", b.prompt_len, "prompt tokens (default: min(max_rows, 128))")->check(kCount);
+  bn->add_option("--decode-tokens", b.decode_tokens, "decode steps")->check(kCount);
+  bn->add_option("--repeat", b.repeat, "measured runs (median reported)")->check(CLI::Range(1, 1000));
+  bn->add_option("--chunk", b.chunk, "prefill chunk rows (0 = the plan's max_rows)")->check(kCount);
+  bn->add_option("--format", b.format, "text or json")->check(CLI::IsMember({"text", "json"}));
+  bn->add_option("--model", b.model, "checkpoint directory (default: the one recorded in the plan)");
+
+  const std::string first = argc > 1 ? argv[1] : "";
+  if (!first.empty() && first[0] != '-' && first != "generate" && first != "logits" && first != "inspect" &&
+      first != "bench") {
+    std::fprintf(stderr, "error: unknown subcommand '%s'; expected generate, logits, inspect or bench\n", argv[1]);
+    return 2;
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "error: %s (see smelt-run --help)\n", one_line(e.what()).c_str());
+    return 2;
+  }
+
+  g.has_temperature = temperature->count() > 0;
+  try {
+    if (gen->parsed()) return generate(g);
+    if (lg->parsed()) return logits(l);
+    if (bn->parsed()) return bench(b);
+    if (ins->parsed()) {
+      smelt::runtime::Plan plan = smelt::runtime::Plan::load(inspect_plan);
+      if (inspect_format == "json") std::cout << smelt::runtime::inspect_json(plan).dump(2, ' ', false, kReplace) << "\n";
+      else std::cout << smelt::runtime::inspect_text(plan);
+      return 0;
+    }
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "error: %s (see smelt-run --help)\n", one_line(e.what()).c_str());
+    return 2;
+  } catch (const smelt::Error& e) {
+    std::fprintf(stderr, "error: %s\n", one_line(e.what()).c_str());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "error: out of memory\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", one_line(e.what()).c_str());
+    return 1;
+  }
+  return 2;
+}

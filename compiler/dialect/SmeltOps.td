@@ -1,0 +1,208 @@
+// The `smelt` dialect: one op per entry of docs/ops.md, plus module-level symbols for weights (views into
+// checkpoint files) and per-sequence state. Activations are row tensors tensor<?xNxf32> / tensor<?xKxi32>:
+// the leading dim is the chunk's row count, known only at run time.
+#ifndef SMELT_OPS_TD
+#define SMELT_OPS_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/IR/BuiltinAttributes.td"
+
+def Smelt_Dialect : Dialect {
+  let name = "smelt";
+  let cppNamespace = "::smelt";
+  let summary = "DeepSeek-V4-family model graphs at the level of the model's own vocabulary";
+}
+
+class Smelt_Op<string mnemonic, list<Trait> traits = []> : Op<Smelt_Dialect, mnemonic, traits>;
+
+def Smelt_Rows : TensorRankOf<[F32], [2]>;
+// i64 attributes read back as signed int64_t (the builtin I64Attr reads uint64_t).
+def Smelt_I64 : TypedSignlessIntegerAttrBase<I64, "int64_t", "64-bit integer attribute"> {
+  let convertFromStorage = "$_self.getValue().getSExtValue()";
+}
+def Smelt_IRows : TensorRankOf<[I32], [2]>;
+
+// Attributes every compute op may carry: the model layer (-1 / absent = embedding or head), the kernel chosen
+// by smelt-select-kernels and the arena offsets of its results set by smelt-plan-memory.
+defvar CommonAttrs = (ins OptionalAttr<Smelt_I64>:$layer, OptionalAttr<StrAttr>:$kernel,
+                          OptionalAttr<DenseI64ArrayAttr>:$offsets);
+
+class Smelt_ComputeOp<string mnemonic, list<Trait> traits = []>
+    : Smelt_Op<mnemonic, !listconcat(traits, [DeclareOpInterfaceMethods<SymbolUserOpInterface>])> {
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+//===--------------------------------------------------------------------------------------------------===//
+// Module-level symbols
+//===--------------------------------------------------------------------------------------------------===//
+
+def Smelt_WeightOp : Smelt_Op<"weight", [Symbol, HasParent<"::mlir::ModuleOp">]> {
+  let summary = "a checkpoint tensor, named by its canonical name";
+  let description = [{
+    `type` is the tensor as stored (dtype and shape). `source` is its name in the checkpoint, `file` an index
+    into the module's `smelt.checkpoint_files`, `offset` the absolute byte offset of its first element and
+    `transform` the recipe the plan applies at load ("" = as stored).
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, TypeAttrOf<AnyRankedTensor>:$type, StrAttr:$source,
+                       Smelt_I64:$file, Smelt_I64:$offset, DefaultValuedStrAttr<StrAttr, "">:$transform);
+  let assemblyFormat = [{
+    $sym_name `:` $type `from` $source `file` $file `offset` $offset (`transform` $transform^)? attr-dict
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    ::mlir::RankedTensorType getTensorType() { return ::llvm::cast<::mlir::RankedTensorType>(getType()); }
+  }];
+}
+
+def Smelt_StateOp : Smelt_Op<"state", [Symbol, HasParent<"::mlir::ModuleOp">]> {
+  let summary = "per-sequence model state (zero-initialised, addressed by absolute position)";
+  let description = [{
+    `kind` is one of window_ring, compressor_ring, compressed_pool, index_pool (see docs/ops.md).
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, StrAttr:$kind, Smelt_I64:$layer,
+                       TypeAttrOf<TensorRankOf<[F32], [2]>>:$type);
+  let assemblyFormat = "$sym_name $kind `layer` $layer `:` $type attr-dict";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    ::mlir::RankedTensorType getTensorType() { return ::llvm::cast<::mlir::RankedTensorType>(getType()); }
+  }];
+}
+
+//===--------------------------------------------------------------------------------------------------===//
+// Compute ops (docs/ops.md; operand order = plan order)
+//===--------------------------------------------------------------------------------------------------===//
+
+def Smelt_EmbeddingOp : Smelt_ComputeOp<"embedding"> {
+  let summary = "x = embed[ids]";
+  let arguments = !con((ins Smelt_IRows:$ids, FlatSymbolRefAttr:$embed), CommonAttrs);
+  let results = (outs Smelt_Rows:$x);
+}
+
+def Smelt_HcInitOp : Smelt_ComputeOp<"hc_init"> {
+  let summary = "X = hc_mult copies of x";
+  let arguments = !con((ins Smelt_Rows:$x, Smelt_I64:$hc_mult), CommonAttrs);
+  let results = (outs Smelt_Rows:$streams);
+}
+
+def Smelt_HcMixOp : Smelt_ComputeOp<"hc_mix"> {
+  let summary = "hyper-connection mapping: pre, post and the Sinkhorn-projected comb";
+  let arguments = !con((ins Smelt_Rows:$streams, FlatSymbolRefAttr:$fn, FlatSymbolRefAttr:$base,
+                            FlatSymbolRefAttr:$scale, Smelt_I64:$hc_mult, Smelt_I64:$sinkhorn_iters,
+                            F64Attr:$hc_eps, F64Attr:$norm_eps), CommonAttrs);
+  let results = (outs Smelt_Rows:$pre, Smelt_Rows:$post, Smelt_Rows:$comb);
+}
+
+def Smelt_HcCollapseOp : Smelt_ComputeOp<"hc_collapse"> {
+  let summary = "u = sum_i pre_i X_i";
+  let arguments = !con((ins Smelt_Rows:$streams, Smelt_Rows:$pre, Smelt_I64:$hc_mult), CommonAttrs);
+  let results = (outs Smelt_Rows:$u);
+}
+
+def Smelt_HcExpandOp : Smelt_ComputeOp<"hc_expand"> {
+  let summary = "X'_k = post_k y + sum_j comb[j,k] X_j";
+  let arguments = !con((ins Smelt_Rows:$streams, Smelt_Rows:$y, Smelt_Rows:$post, Smelt_Rows:$comb,
+                            Smelt_I64:$hc_mult), CommonAttrs);
+  let results = (outs Smelt_Rows:$result);
+}
+
+def Smelt_HcHeadOp : Smelt_ComputeOp<"hc_head"> {
+  let summary = "final collapse of the hc_mult streams";
+  let arguments = !con((ins Smelt_Rows:$streams, FlatSymbolRefAttr:$fn, FlatSymbolRefAttr:$base,
+                            FlatSymbolRefAttr:$scale, Smelt_I64:$hc_mult, F64Attr:$hc_eps, F64Attr:$norm_eps),
+                       CommonAttrs);
+  let results = (outs Smelt_Rows:$h);
+}
+
+def Smelt_RmsNormOp : Smelt_ComputeOp<"rms_norm"> {
+  let summary = "rms norm per group of C/groups channels, optionally weighted";
+  let arguments = !con((ins Smelt_Rows:$x, OptionalAttr<FlatSymbolRefAttr>:$weight, F64Attr:$eps,
+                            DefaultValuedAttr<Smelt_I64, "1">:$groups), CommonAttrs);
+  let results = (outs Smelt_Rows:$y);
+}
+
+def Smelt_LinearOp : Smelt_ComputeOp<"linear"> {
+  let summary = "y = x weight^T";
+  let arguments = !con((ins Smelt_Rows:$x, FlatSymbolRefAttr:$weight), CommonAttrs);
+  let results = (outs Smelt_Rows:$y);
+}
+
+def Smelt_GroupedLinearOp : Smelt_ComputeOp<"grouped_linear"> {
+  let summary = "block-diagonal linear: group g of x times rows [g*R, (g+1)*R) of weight";
+  let arguments = !con((ins Smelt_Rows:$x, FlatSymbolRefAttr:$weight, Smelt_I64:$groups), CommonAttrs);
+  let results = (outs Smelt_Rows:$y);
+}
+
+def Smelt_RopeOp : Smelt_ComputeOp<"rope"> {
+  let summary = "interleaved RoPE on the last rope_dim channels of each head";
+  let arguments = !con((ins Smelt_Rows:$x, Smelt_I64:$heads, Smelt_I64:$head_dim, Smelt_I64:$rope_dim,
+                            F64Attr:$theta, F64Attr:$yarn_factor, F64Attr:$yarn_beta_fast,
+                            F64Attr:$yarn_beta_slow, Smelt_I64:$yarn_original_max_pos, Smelt_I64:$inverse),
+                       CommonAttrs);
+  let results = (outs Smelt_Rows:$y);
+}
+
+def Smelt_WindowKvUpdateOp : Smelt_ComputeOp<"window_kv_update"> {
+  let summary = "store the chunk's kv rows in the window ring";
+  let arguments = !con((ins Smelt_Rows:$kv, FlatSymbolRefAttr:$window_ring, Smelt_I64:$window), CommonAttrs);
+}
+
+def Smelt_CompressorOp : Smelt_ComputeOp<"compressor"> {
+  let summary = "gated pooling of every `ratio` positions into one compressed entry";
+  let arguments = !con((ins Smelt_Rows:$x, FlatSymbolRefAttr:$wkv, FlatSymbolRefAttr:$wgate,
+                            FlatSymbolRefAttr:$ape, FlatSymbolRefAttr:$norm,
+                            FlatSymbolRefAttr:$compressor_ring, FlatSymbolRefAttr:$pool,
+                            Smelt_I64:$ratio, Smelt_I64:$head_dim, Smelt_I64:$overlap, F64Attr:$eps,
+                            Smelt_I64:$rope_dim, F64Attr:$theta, F64Attr:$yarn_factor,
+                            F64Attr:$yarn_beta_fast, F64Attr:$yarn_beta_slow, Smelt_I64:$yarn_original_max_pos),
+                       CommonAttrs);
+}
+
+def Smelt_IndexerTopkOp : Smelt_ComputeOp<"indexer_topk"> {
+  let summary = "lightning indexer: top-k visible compressed entries per query";
+  let arguments = !con((ins Smelt_Rows:$q, Smelt_Rows:$w, FlatSymbolRefAttr:$index_pool, Smelt_I64:$heads,
+                            Smelt_I64:$head_dim, Smelt_I64:$ratio, Smelt_I64:$topk), CommonAttrs);
+  let results = (outs Smelt_IRows:$idx);
+}
+
+def Smelt_SparseAttentionOp : Smelt_ComputeOp<"sparse_attention"> {
+  let summary = "attention over the window and (all or the indexed) compressed entries, with sink";
+  let arguments = !con((ins Smelt_Rows:$q, Smelt_Rows:$kv, Optional<Smelt_IRows>:$idx,
+                            FlatSymbolRefAttr:$sink, FlatSymbolRefAttr:$window_ring,
+                            OptionalAttr<FlatSymbolRefAttr>:$pool, Smelt_I64:$heads, Smelt_I64:$head_dim,
+                            Smelt_I64:$window, Smelt_I64:$ratio, F64Attr:$scale), CommonAttrs);
+  let results = (outs Smelt_Rows:$o);
+}
+
+def Smelt_MoeRouteOp : Smelt_ComputeOp<"moe_route"> {
+  let summary = "expert selection (learned top-k, or tid2eid[id] when hash-routed) and weights";
+  let arguments = !con((ins Smelt_Rows:$x, Optional<Smelt_IRows>:$ids, FlatSymbolRefAttr:$gate,
+                            OptionalAttr<FlatSymbolRefAttr>:$bias, OptionalAttr<FlatSymbolRefAttr>:$tid2eid,
+                            Smelt_I64:$topk, StrAttr:$scoring, BoolAttr:$norm_topk_prob, F64Attr:$route_scale),
+                       CommonAttrs);
+  let results = (outs Smelt_Rows:$weights, Smelt_IRows:$idx);
+}
+
+def Smelt_MoeExpertsOp : Smelt_ComputeOp<"moe_experts"> {
+  let summary = "routed experts: sum_k weight_k * swiglu_expert[idx_k](x)";
+  let arguments = !con((ins Smelt_Rows:$x, Smelt_Rows:$weights, Smelt_IRows:$idx,
+                            TypedArrayAttrBase<FlatSymbolRefAttr, "expert weights e0.w1, e0.w2, e0.w3, ...">:$experts,
+                            Smelt_I64:$n_experts, Smelt_I64:$topk, F64Attr:$swiglu_limit), CommonAttrs);
+  let results = (outs Smelt_Rows:$y);
+}
+
+def Smelt_SwigluMlpOp : Smelt_ComputeOp<"swiglu_mlp"> {
+  let summary = "w2(silu(min(x w1^T, limit)) * clamp(x w3^T, -limit, limit))";
+  let arguments = !con((ins Smelt_Rows:$x, FlatSymbolRefAttr:$w1, FlatSymbolRefAttr:$w2, FlatSymbolRefAttr:$w3,
+                            F64Attr:$swiglu_limit), CommonAttrs);
+  let results = (outs Smelt_Rows:$y);
+}
+
+def Smelt_AddOp : Smelt_ComputeOp<"add"> {
+  let summary = "c = a + b";
+  let arguments = !con((ins Smelt_Rows:$a, Smelt_Rows:$b), CommonAttrs);
+  let results = (outs Smelt_Rows:$c);
+}
+
+#endif  // SMELT_OPS_TD

@@ -1,0 +1,365 @@
+// Compute op verifiers (local shape rules), weight shape checks against the referenced smelt.weight
+// (verifySymbolUses) and the table of weight / state roles per op.
+#include "llvm/ADT/TypeSwitch.h"
+
+#include "compiler/dialect/dialect.h"
+#include "compiler/dialect/roles.h"
+
+namespace smelt {
+
+using mlir::failure;
+using mlir::LogicalResult;
+using mlir::Operation;
+using mlir::success;
+using mlir::Value;
+
+namespace {
+
+std::string shape_str(llvm::ArrayRef<int64_t> s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + (s[i] < 0 ? std::string("?") : std::to_string(s[i]));
+  return out + "]";
+}
+
+LogicalResult expect_cols(Operation* op, Value v, int64_t want, llvm::StringRef what) {
+  if (cols(v) != want)
+    return op->emitOpError() << what << " must have " << want << " columns, got " << cols(v);
+  return success();
+}
+
+LogicalResult expect_positive(Operation* op, int64_t v, llvm::StringRef what) {
+  if (v <= 0) return op->emitOpError() << what << " must be positive, got " << v;
+  return success();
+}
+
+// Checks a referenced weight's shape (-1 = any extent). An unresolved reference or one naming something
+// other than a smelt.weight is left to smelt-verify, which reports it with the module-wide picture.
+LogicalResult expect_weight(Operation* op, mlir::SymbolTableCollection& st, llvm::StringRef role,
+                            mlir::FlatSymbolRefAttr ref, llvm::ArrayRef<int64_t> want) {
+  if (!ref) return success();
+  auto w = st.lookupNearestSymbolFrom<WeightOp>(op, ref);
+  if (!w) return success();
+  auto have = w.getTensorType().getShape();
+  bool ok = have.size() == want.size();
+  for (size_t i = 0; ok && i < want.size(); ++i) ok = want[i] < 0 || want[i] == have[i];
+  if (!ok)
+    return op->emitOpError() << "weight '" << role << "' " << ref << " has shape " << shape_str(have)
+                             << " but this op needs " << shape_str(want);
+  return success();
+}
+
+int64_t dim(Operation* op, mlir::SymbolTableCollection& st, mlir::FlatSymbolRefAttr ref, unsigned i) {
+  auto w = ref ? st.lookupNearestSymbolFrom<WeightOp>(op, ref) : WeightOp();
+  if (!w || w.getTensorType().getRank() <= i) return -1;
+  return w.getTensorType().getDimSize(i);
+}
+
+LogicalResult check_rope_dims(Operation* op, int64_t head_dim, int64_t rope_dim, double theta) {
+  if (failed(expect_positive(op, head_dim, "head_dim"))) return failure();
+  if (rope_dim <= 0 || rope_dim % 2 || rope_dim > head_dim)
+    return op->emitOpError() << "rope_dim must be even and in (0, head_dim=" << head_dim << "], got " << rope_dim;
+  if (!(theta > 0)) return op->emitOpError() << "theta must be positive, got " << theta;
+  return success();
+}
+
+}  // namespace
+
+//===--- local verifiers ---===//
+
+LogicalResult EmbeddingOp::verify() {
+  if (failed(verify_rows(*this))) return failure();
+  return expect_cols(*this, getIds(), 1, "ids");
+}
+
+LogicalResult HcInitOp::verify() {
+  if (failed(verify_rows(*this)) || failed(expect_positive(*this, getHcMult(), "hc_mult"))) return failure();
+  return expect_cols(*this, getStreams(), getHcMult() * cols(getX()), "result");
+}
+
+LogicalResult HcMixOp::verify() {
+  int64_t n = getHcMult();
+  if (failed(verify_rows(*this)) || failed(expect_positive(*this, n, "hc_mult")) ||
+      failed(expect_positive(*this, getSinkhornIters(), "sinkhorn_iters")))
+    return failure();
+  if (cols(getStreams()) % n) return emitOpError() << "streams columns " << cols(getStreams()) << " are not a multiple of hc_mult " << n;
+  if (failed(expect_cols(*this, getPre(), n, "pre")) || failed(expect_cols(*this, getPost(), n, "post")))
+    return failure();
+  return expect_cols(*this, getComb(), n * n, "comb");
+}
+
+LogicalResult HcCollapseOp::verify() {
+  int64_t n = getHcMult();
+  if (failed(verify_rows(*this)) || failed(expect_positive(*this, n, "hc_mult"))) return failure();
+  if (failed(expect_cols(*this, getPre(), n, "pre"))) return failure();
+  return expect_cols(*this, getStreams(), n * cols(getU()), "streams");
+}
+
+LogicalResult HcExpandOp::verify() {
+  int64_t n = getHcMult();
+  if (failed(verify_rows(*this)) || failed(expect_positive(*this, n, "hc_mult"))) return failure();
+  if (failed(expect_cols(*this, getStreams(), n * cols(getY()), "streams")) || failed(expect_cols(*this, getPost(), n, "post")) ||
+      failed(expect_cols(*this, getComb(), n * n, "comb")))
+    return failure();
+  return expect_cols(*this, getResult(), cols(getStreams()), "result");
+}
+
+LogicalResult HcHeadOp::verify() {
+  int64_t n = getHcMult();
+  if (failed(verify_rows(*this)) || failed(expect_positive(*this, n, "hc_mult"))) return failure();
+  return expect_cols(*this, getStreams(), n * cols(getH()), "streams");
+}
+
+LogicalResult RmsNormOp::verify() {
+  if (failed(verify_rows(*this)) || failed(expect_positive(*this, getGroups(), "groups"))) return failure();
+  if (!(getEps().convertToDouble() > 0)) return emitOpError() << "eps must be positive";
+  if (cols(getX()) % getGroups())
+    return emitOpError() << "columns " << cols(getX()) << " are not a multiple of groups " << getGroups();
+  return expect_cols(*this, getY(), cols(getX()), "result");
+}
+
+LogicalResult LinearOp::verify() { return verify_rows(*this); }
+
+LogicalResult GroupedLinearOp::verify() {
+  int64_t g = getGroups();
+  if (failed(verify_rows(*this)) || failed(expect_positive(*this, g, "groups"))) return failure();
+  if (cols(getX()) % g || cols(getY()) % g)
+    return emitOpError() << "input columns " << cols(getX()) << " and result columns " << cols(getY())
+                         << " must both be multiples of groups " << g;
+  return success();
+}
+
+LogicalResult RopeOp::verify() {
+  if (failed(verify_rows(*this)) || failed(expect_positive(*this, getHeads(), "heads")) ||
+      failed(check_rope_dims(*this, getHeadDim(), getRopeDim(), getTheta().convertToDouble())))
+    return failure();
+  if (failed(expect_cols(*this, getX(), getHeads() * getHeadDim(), "x (heads * head_dim)"))) return failure();
+  if (getInverse() != 0 && getInverse() != 1) return emitOpError() << "inverse must be 0 or 1";
+  if (getYarnFactor().convertToDouble() < 0) return emitOpError() << "yarn_factor must be >= 0 (0 = no YaRN)";
+  return expect_cols(*this, getY(), cols(getX()), "result");
+}
+
+LogicalResult WindowKvUpdateOp::verify() {
+  if (failed(verify_rows(*this))) return failure();
+  return expect_positive(*this, getWindow(), "window");
+}
+
+LogicalResult CompressorOp::verify() {
+  if (failed(verify_rows(*this)) || failed(expect_positive(*this, getRatio(), "ratio")) ||
+      failed(check_rope_dims(*this, getHeadDim(), getRopeDim(), getTheta().convertToDouble())))
+    return failure();
+  if (getOverlap() != 0 && getOverlap() != 1) return emitOpError() << "overlap must be 0 or 1";
+  return success();
+}
+
+LogicalResult IndexerTopkOp::verify() {
+  if (failed(verify_rows(*this)) || failed(expect_positive(*this, getHeads(), "heads")) ||
+      failed(expect_positive(*this, getHeadDim(), "head_dim")) || failed(expect_positive(*this, getRatio(), "ratio")) ||
+      failed(expect_positive(*this, getTopk(), "topk")))
+    return failure();
+  if (failed(expect_cols(*this, getQ(), getHeads() * getHeadDim(), "q (heads * head_dim)")) ||
+      failed(expect_cols(*this, getW(), getHeads(), "w (heads)")))
+    return failure();
+  return expect_cols(*this, getIdx(), getTopk(), "idx (topk)");
+}
+
+LogicalResult SparseAttentionOp::verify() {
+  if (failed(verify_rows(*this)) || failed(expect_positive(*this, getHeads(), "heads")) ||
+      failed(expect_positive(*this, getHeadDim(), "head_dim")) || failed(expect_positive(*this, getWindow(), "window")))
+    return failure();
+  if (getRatio() < 0) return emitOpError() << "ratio must be >= 0 (0 = window only)";
+  if (!(getScale().convertToDouble() > 0)) return emitOpError() << "scale must be positive";
+  if (failed(expect_cols(*this, getQ(), getHeads() * getHeadDim(), "q (heads * head_dim)")) ||
+      failed(expect_cols(*this, getKv(), getHeadDim(), "kv (head_dim)")) ||
+      failed(expect_cols(*this, getO(), cols(getQ()), "result")))
+    return failure();
+  if (getRatio() == 0 && (getIdx() || getPool()))
+    return emitOpError() << "a window-only attention (ratio 0) takes neither idx nor a pool";
+  if (getRatio() > 0 && !getPool()) return emitOpError() << "ratio " << getRatio() << " needs a pool state";
+  return success();
+}
+
+LogicalResult MoeRouteOp::verify() {
+  if (failed(verify_rows(*this)) || failed(expect_positive(*this, getTopk(), "topk"))) return failure();
+  static const llvm::StringRef scorings[] = {"sqrtsoftplus", "softmax", "sigmoid"};
+  if (!llvm::is_contained(scorings, getScoring()))
+    return emitOpError() << "unknown scoring '" << getScoring() << "' (expected sqrtsoftplus, softmax or sigmoid)";
+  if (bool(getIds()) != bool(getTid2eid()))
+    return emitOpError() << "hash routing needs both the ids operand and a tid2eid weight (or neither)";
+  if (getIds() && failed(expect_cols(*this, getIds(), 1, "ids"))) return failure();
+  if (failed(expect_cols(*this, getWeights(), getTopk(), "weights (topk)"))) return failure();
+  return expect_cols(*this, getIdx(), getTopk(), "idx (topk)");
+}
+
+LogicalResult MoeExpertsOp::verify() {
+  if (failed(verify_rows(*this)) || failed(expect_positive(*this, getNExperts(), "n_experts")) ||
+      failed(expect_positive(*this, getTopk(), "topk")))
+    return failure();
+  if (getTopk() > getNExperts()) return emitOpError() << "topk " << getTopk() << " exceeds n_experts " << getNExperts();
+  if (int64_t(getExperts().size()) != 3 * getNExperts())
+    return emitOpError() << "expects 3 * n_experts = " << 3 * getNExperts() << " expert weights (e0.w1, e0.w2, e0.w3, "
+                         << "e1.w1, ...), got " << getExperts().size();
+  if (failed(expect_cols(*this, getWeights(), getTopk(), "weights (topk)")) ||
+      failed(expect_cols(*this, getIdx(), getTopk(), "idx (topk)")))
+    return failure();
+  return expect_cols(*this, getY(), cols(getX()), "result");
+}
+
+LogicalResult SwigluMlpOp::verify() {
+  if (failed(verify_rows(*this))) return failure();
+  return expect_cols(*this, getY(), cols(getX()), "result");
+}
+
+LogicalResult AddOp::verify() {
+  if (failed(verify_rows(*this))) return failure();
+  if (failed(expect_cols(*this, getB(), cols(getA()), "b"))) return failure();
+  return expect_cols(*this, getC(), cols(getA()), "result");
+}
+
+//===--- weight shapes ---===//
+
+using ST = mlir::SymbolTableCollection;
+#define NO_SYMBOL_SHAPES(Op) \
+  LogicalResult Op::verifySymbolUses(ST&) { return success(); }
+NO_SYMBOL_SHAPES(HcInitOp)
+NO_SYMBOL_SHAPES(HcCollapseOp)
+NO_SYMBOL_SHAPES(HcExpandOp)
+NO_SYMBOL_SHAPES(RopeOp)
+NO_SYMBOL_SHAPES(WindowKvUpdateOp)
+NO_SYMBOL_SHAPES(IndexerTopkOp)
+NO_SYMBOL_SHAPES(AddOp)
+#undef NO_SYMBOL_SHAPES
+
+LogicalResult EmbeddingOp::verifySymbolUses(ST& st) {
+  return expect_weight(*this, st, "embed", getEmbedAttr(), {-1, cols(getX())});
+}
+
+LogicalResult HcMixOp::verifySymbolUses(ST& st) {
+  int64_t n = getHcMult(), mix = (2 + n) * n;
+  if (failed(expect_weight(*this, st, "fn", getFnAttr(), {mix, cols(getStreams())})) ||
+      failed(expect_weight(*this, st, "base", getBaseAttr(), {mix})))
+    return failure();
+  return expect_weight(*this, st, "scale", getScaleAttr(), {3});
+}
+
+LogicalResult HcHeadOp::verifySymbolUses(ST& st) {
+  int64_t n = getHcMult();
+  if (failed(expect_weight(*this, st, "fn", getFnAttr(), {n, cols(getStreams())})) ||
+      failed(expect_weight(*this, st, "base", getBaseAttr(), {n})))
+    return failure();
+  return expect_weight(*this, st, "scale", getScaleAttr(), {1});
+}
+
+LogicalResult RmsNormOp::verifySymbolUses(ST& st) {
+  return expect_weight(*this, st, "weight", getWeightAttr(), {cols(getX()) / getGroups()});
+}
+
+LogicalResult LinearOp::verifySymbolUses(ST& st) {
+  return expect_weight(*this, st, "weight", getWeightAttr(), {cols(getY()), cols(getX())});
+}
+
+LogicalResult GroupedLinearOp::verifySymbolUses(ST& st) {
+  return expect_weight(*this, st, "weight", getWeightAttr(), {cols(getY()), cols(getX()) / getGroups()});
+}
+
+LogicalResult CompressorOp::verifySymbolUses(ST& st) {
+  int64_t c = 1 + getOverlap(), hd = getHeadDim(), d = cols(getX());
+  if (failed(expect_weight(*this, st, "wkv", getWkvAttr(), {c * hd, d})) ||
+      failed(expect_weight(*this, st, "wgate", getWgateAttr(), {c * hd, d})) ||
+      failed(expect_weight(*this, st, "ape", getApeAttr(), {getRatio(), c * hd})))
+    return failure();
+  return expect_weight(*this, st, "norm", getNormAttr(), {hd});
+}
+
+LogicalResult SparseAttentionOp::verifySymbolUses(ST& st) {
+  return expect_weight(*this, st, "sink", getSinkAttr(), {getHeads()});
+}
+
+LogicalResult MoeRouteOp::verifySymbolUses(ST& st) {
+  if (failed(expect_weight(*this, st, "gate", getGateAttr(), {-1, cols(getX())}))) return failure();
+  int64_t experts = dim(*this, st, getGateAttr(), 0);
+  if (failed(expect_weight(*this, st, "bias", getBiasAttr(), {experts}))) return failure();
+  return expect_weight(*this, st, "tid2eid", getTid2eidAttr(), {-1, getTopk()});
+}
+
+namespace {
+// w1 / w3 [F, D] and w2 [D, F], F taken from w1.
+LogicalResult expect_swiglu(Operation* op, ST& st, const std::string& prefix, mlir::FlatSymbolRefAttr w1,
+                            mlir::FlatSymbolRefAttr w2, mlir::FlatSymbolRefAttr w3, int64_t d) {
+  int64_t f = dim(op, st, w1, 0);
+  if (failed(expect_weight(op, st, prefix + "w1", w1, {f, d})) || failed(expect_weight(op, st, prefix + "w2", w2, {d, f})))
+    return failure();
+  return expect_weight(op, st, prefix + "w3", w3, {f, d});
+}
+}  // namespace
+
+LogicalResult MoeExpertsOp::verifySymbolUses(ST& st) {
+  auto refs = getExperts().getAsRange<mlir::FlatSymbolRefAttr>();
+  llvm::SmallVector<mlir::FlatSymbolRefAttr> all(refs.begin(), refs.end());
+  for (size_t e = 0; e + 2 < all.size(); e += 3)
+    if (failed(expect_swiglu(*this, st, "e" + std::to_string(e / 3) + ".", all[e], all[e + 1], all[e + 2],
+                             cols(getX()))))
+      return failure();
+  return success();
+}
+
+LogicalResult SwigluMlpOp::verifySymbolUses(ST& st) {
+  return expect_swiglu(*this, st, "", getW1Attr(), getW2Attr(), getW3Attr(), cols(getX()));
+}
+
+//===--- roles ---===//
+
+bool is_compute_op(Operation* op) {
+  return op->getDialect() && op->getDialect()->getNamespace() == "smelt" && !llvm::isa<WeightOp, StateOp>(op);
+}
+
+llvm::SmallVector<SymbolUse> weight_uses(Operation* op) {
+  llvm::SmallVector<SymbolUse> u;
+  auto add = [&](const char* role, mlir::FlatSymbolRefAttr ref) { u.push_back({role, ref, {}}); };
+  llvm::TypeSwitch<Operation*>(op)
+      .Case([&](EmbeddingOp o) { add("embed", o.getEmbedAttr()); })
+      .Case([&](HcMixOp o) { add("fn", o.getFnAttr()), add("base", o.getBaseAttr()), add("scale", o.getScaleAttr()); })
+      .Case([&](HcHeadOp o) { add("fn", o.getFnAttr()), add("base", o.getBaseAttr()), add("scale", o.getScaleAttr()); })
+      .Case([&](RmsNormOp o) { add("weight", o.getWeightAttr()); })
+      .Case([&](LinearOp o) { add("weight", o.getWeightAttr()); })
+      .Case([&](GroupedLinearOp o) { add("weight", o.getWeightAttr()); })
+      .Case([&](CompressorOp o) {
+        add("wkv", o.getWkvAttr()), add("wgate", o.getWgateAttr()), add("ape", o.getApeAttr());
+        add("norm", o.getNormAttr());
+      })
+      .Case([&](SparseAttentionOp o) { add("sink", o.getSinkAttr()); })
+      .Case([&](MoeRouteOp o) { add("gate", o.getGateAttr()), add("bias", o.getBiasAttr()), add("tid2eid", o.getTid2eidAttr()); })
+      .Case([&](MoeExpertsOp o) {
+        static const char* w[] = {"w1", "w2", "w3"};
+        for (auto [i, a] : llvm::enumerate(o.getExperts()))
+          u.push_back({"e" + std::to_string(i / 3) + "." + w[i % 3], llvm::dyn_cast<mlir::FlatSymbolRefAttr>(a), {}});
+      })
+      .Case([&](SwigluMlpOp o) { add("w1", o.getW1Attr()), add("w2", o.getW2Attr()), add("w3", o.getW3Attr()); });
+  return u;
+}
+
+llvm::SmallVector<SymbolUse> state_uses(Operation* op) {
+  llvm::SmallVector<SymbolUse> u;
+  llvm::TypeSwitch<Operation*>(op)
+      .Case([&](WindowKvUpdateOp o) { u.push_back({"window_ring", o.getWindowRingAttr(), {"window_ring"}}); })
+      .Case([&](CompressorOp o) {
+        u.push_back({"compressor_ring", o.getCompressorRingAttr(), {"compressor_ring"}});
+        u.push_back({"pool", o.getPoolAttr(), {"compressed_pool", "index_pool"}});
+      })
+      .Case([&](IndexerTopkOp o) { u.push_back({"index_pool", o.getIndexPoolAttr(), {"index_pool"}}); })
+      .Case([&](SparseAttentionOp o) {
+        u.push_back({"window_ring", o.getWindowRingAttr(), {"window_ring"}});
+        u.push_back({"pool", o.getPoolAttr(), {"compressed_pool"}});
+      });
+  return u;
+}
+
+bool is_model_attr(mlir::NamedAttribute a) {
+  static const llvm::StringRef bookkeeping[] = {"layer", "kernel", "offsets", "operandSegmentSizes"};
+  if (llvm::is_contained(bookkeeping, a.getName().strref())) return false;
+  if (llvm::isa<mlir::SymbolRefAttr>(a.getValue())) return false;  // weight / state reference
+  if (auto arr = llvm::dyn_cast<mlir::ArrayAttr>(a.getValue()))    // expert weight list
+    return !llvm::any_of(arr, [](mlir::Attribute e) { return llvm::isa<mlir::SymbolRefAttr>(e); });
+  return true;
+}
+
+}  // namespace smelt

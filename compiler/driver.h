@@ -1,0 +1,35 @@
+// smelt-compile's work, as a library call: load the model, import (or resume from a dumped .mlir), run the
+// pass pipeline one pass at a time (dumping after each, stopping at a phase), then write IR or the plan.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace smelt {
+
+struct CompileOptions {
+  std::string model_dir;
+  std::string target = "cpu";
+  int64_t tp = 1, pp = 1;
+  std::string output;        // -o: the plan, or the IR with compile_to
+  std::string dump_dir;      // --dump-ir-after-all
+  std::string compile_to;    // "" (plan) | import | verify | select-kernels | plan-memory
+  std::string compile_from;  // a dumped .mlir to resume from
+  int64_t max_rows = 64;
+  int64_t max_seq_len = 0;   // 0: default_max_seq_len(config)
+  std::string pipeline;      // "" = default_pipeline()
+  std::function<void(const std::string&)> progress;  // progress lines (stderr in the tool)
+};
+
+// smelt-verify,smelt-select-kernels{target=cpu},smelt-plan-memory{max-rows=N}
+std::string default_pipeline(const CompileOptions& o);
+
+// Splits a pass pipeline at its top-level commas ("a,b{x=1,y=2}" -> "a", "b{x=1,y=2}").
+std::vector<std::string> split_pipeline(const std::string& pipeline);
+
+// Runs a compile. Throws smelt::Error on any failure; its message may hold several lines (one per IR
+// diagnostic), each meant to be printed after "error: ".
+void compile(const CompileOptions& o);
+
+}  // namespace smelt

@@ -1,0 +1,228 @@
+// One plan Buffer per SSA value of @forward (the ids argument first, then every op result in program order),
+// weights and states in symbol order, ops in program order with their id lists in docs/ops.md order.
+#include "compiler/emit/emit.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+#include "compiler/dialect/dialect.h"
+#include "compiler/dialect/roles.h"
+#include "frontends/error.h"
+#include "schemas/plan_file.h"
+#include "schemas/plan_generated.h"
+
+#ifndef SMELT_VERSION
+#define SMELT_VERSION "0.0.0"
+#endif
+
+namespace smelt {
+
+namespace {
+
+namespace fb = flatbuffers;
+
+std::string text(mlir::Attribute a) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  a.print(os);
+  return s;
+}
+
+plan::DType plan_dtype(mlir::Type t, const std::string& what) {
+  if (t.isF32()) return plan::DType::F32;
+  if (t.isBF16()) return plan::DType::BF16;
+  if (t.isF16()) return plan::DType::F16;
+  if (t.isF64()) return plan::DType::F64;
+  if (llvm::isa<mlir::Float8E4M3FNType>(t)) return plan::DType::F8_E4M3;
+  if (llvm::isa<mlir::Float8E5M2Type>(t)) return plan::DType::F8_E5M2;
+  if (llvm::isa<mlir::Float8E8M0FNUType>(t)) return plan::DType::F8_E8M0;
+  if (auto i = llvm::dyn_cast<mlir::IntegerType>(t)) {
+    if (i.getWidth() == 1) return plan::DType::BOOL;
+    if (i.getWidth() == 8) return i.isUnsigned() ? plan::DType::U8 : plan::DType::I8;
+    if (i.getWidth() == 16) return plan::DType::I16;
+    if (i.getWidth() == 32) return plan::DType::I32;
+    if (i.getWidth() == 64) return plan::DType::I64;
+  }
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  t.print(os);
+  throw Error("plan emission: " + what + " has element type " + s + ", which a plan cannot store");
+}
+
+template <class A>
+A module_attr(mlir::ModuleOp m, llvm::StringRef name) {
+  auto a = m->getAttrOfType<A>(name);
+  if (!a) throw Error("plan emission: the module has no " + name.str() + " attribute (import it with smelt-compile)");
+  return a;
+}
+
+int64_t i64_attr(mlir::ModuleOp m, llvm::StringRef name, const char* hint) {
+  auto a = m->getAttrOfType<mlir::IntegerAttr>(name);
+  if (!a) throw Error("plan emission: the module has no " + name.str() + " attribute (" + hint + ")");
+  return a.getInt();
+}
+
+// Inputs in plan order, with absent optional operands (always the last one) as -1.
+unsigned plan_arity(mlir::Operation* op) {
+  if (llvm::isa<SparseAttentionOp>(op)) return 3;  // q, kv, idx or -1
+  if (llvm::isa<MoeRouteOp>(op)) return 2;         // x, ids or -1
+  return op->getNumOperands();
+}
+
+}  // namespace
+
+std::string compiler_version() { return std::string("smelt ") + SMELT_VERSION; }
+
+std::vector<uint8_t> emit_plan(mlir::ModuleOp module, const EmitOptions& o) {
+  auto f = module.lookupSymbol<mlir::func::FuncOp>("forward");
+  if (!f || f.getBody().empty()) throw Error("plan emission: the module has no func.func @forward");
+  const int64_t max_rows = i64_attr(module, "smelt.max_rows", "run smelt-plan-memory first");
+  const int64_t arena = i64_attr(module, "smelt.arena_bytes", "run smelt-plan-memory first");
+  const int64_t max_seq_len = i64_attr(module, "smelt.max_seq_len", "set by the importer");
+  const std::string family = module_attr<mlir::StringAttr>(module, "smelt.model_family").str();
+  const std::string config = module_attr<mlir::StringAttr>(module, "smelt.config").str();
+  const std::string model_dir = module_attr<mlir::StringAttr>(module, "smelt.model_dir").str();
+  auto files = module_attr<mlir::ArrayAttr>(module, "smelt.checkpoint_files");
+  std::string pipeline;
+  if (auto passes = module->getAttrOfType<mlir::ArrayAttr>("smelt.passes"))
+    for (auto [i, p] : llvm::enumerate(passes.getAsValueRange<mlir::StringAttr>()))
+      pipeline += (i ? "," : "") + p.str();
+
+  fb::FlatBufferBuilder fbb(1 << 16);
+
+  std::vector<fb::Offset<plan::KeyValue>> options;
+  for (auto [k, v] : std::initializer_list<std::pair<const char*, std::string>>{
+           {"model_dir", model_dir}, {"max_rows", std::to_string(max_rows)}, {"max_seq_len", std::to_string(max_seq_len)},
+           {"tp", std::to_string(o.tp)}, {"pp", std::to_string(o.pp)}})
+    options.push_back(plan::CreateKeyValueDirect(fbb, k, v.c_str()));
+
+  std::vector<fb::Offset<plan::CheckpointFile>> ckpt;
+  for (mlir::Attribute a : files) {
+    auto d = llvm::dyn_cast<mlir::DictionaryAttr>(a);
+    auto path = d ? d.getAs<mlir::StringAttr>("path") : nullptr;
+    auto size = d ? d.getAs<mlir::IntegerAttr>("size") : nullptr;
+    auto hash = d ? d.getAs<mlir::IntegerAttr>("header_hash") : nullptr;
+    if (!path || !size || !hash)
+      throw Error("plan emission: smelt.checkpoint_files entry " + text(a) + " needs path, size and header_hash");
+    ckpt.push_back(plan::CreateCheckpointFileDirect(fbb, path.str().c_str(), size.getValue().getZExtValue(),
+                                                    hash.getValue().getZExtValue()));
+  }
+
+  llvm::StringMap<int32_t> weight_id, state_id;
+  std::vector<fb::Offset<plan::Weight>> weights;
+  for (WeightOp w : module.getOps<WeightOp>()) {
+    std::string name = w.getSymName().str();
+    weight_id[name] = int32_t(weights.size());
+    auto shape = w.getTensorType().getShape();
+    std::vector<int64_t> dims(shape.begin(), shape.end());
+    weights.push_back(plan::CreateWeightDirect(fbb, name.c_str(), w.getSource().str().c_str(), uint32_t(w.getFile()),
+                                               uint64_t(w.getOffset()),
+                                               plan_dtype(w.getTensorType().getElementType(), "weight @" + name), &dims,
+                                               w.getTransform().str().c_str()));
+    if (w.getFile() >= (int64_t)files.size())
+      throw Error("plan emission: weight @" + name + " names checkpoint file " + std::to_string(w.getFile()) +
+                  " but the module lists " + std::to_string(files.size()));
+  }
+  std::vector<fb::Offset<plan::State>> states;
+  for (StateOp s : module.getOps<StateOp>()) {
+    std::string name = s.getSymName().str();
+    state_id[name] = int32_t(states.size());
+    auto shape = s.getTensorType().getShape();
+    std::vector<int64_t> dims(shape.begin(), shape.end());
+    states.push_back(plan::CreateStateDirect(fbb, name.c_str(), s.getKind().str().c_str(), int32_t(s.getLayer()),
+                                             plan::DType::F32, &dims));
+  }
+
+  // Buffers: one per SSA value.
+  llvm::DenseMap<mlir::Value, int32_t> buffer_id;
+  std::vector<fb::Offset<plan::Buffer>> buffers;
+  mlir::Block& body = f.getBody().front();
+  auto ret = llvm::dyn_cast<mlir::func::ReturnOp>(body.getTerminator());
+  if (!ret || ret.getNumOperands() != 1 || body.getNumArguments() != 1)
+    throw Error("plan emission: @forward must take the ids and return the logits");
+  auto add_buffer = [&](mlir::Value v, const std::string& name, int64_t offset) {
+    auto t = llvm::cast<mlir::RankedTensorType>(v.getType());
+    int64_t row_elems = t.getDimSize(1), bytes = max_rows * row_elems * (t.getElementTypeBitWidth() / 8);
+    if (offset < 0 || offset + bytes > arena)
+      throw Error("plan emission: buffer '" + name + "' at offset " + std::to_string(offset) + " (" +
+                  std::to_string(bytes) + " bytes) does not fit the " + std::to_string(arena) + "-byte arena");
+    buffer_id[v] = int32_t(buffers.size());
+    buffers.push_back(plan::CreateBufferDirect(fbb, name.c_str(), plan_dtype(t.getElementType(), "buffer " + name),
+                                               row_elems, uint64_t(offset)));
+  };
+  auto arg_off = f.getArgAttrOfType<mlir::IntegerAttr>(0, "smelt.offset");
+  if (!arg_off) throw Error("plan emission: the ids argument has no smelt.offset (run smelt-plan-memory first)");
+  add_buffer(body.getArgument(0), "ids", arg_off.getInt());
+
+  std::vector<fb::Offset<plan::Op>> ops;
+  for (mlir::Operation& op : body.without_terminator()) {
+    std::string opname = op.getName().getStringRef().str();
+    if (!is_compute_op(&op)) throw Error("plan emission: @forward holds '" + opname + "', which is not a smelt op");
+    auto layer_attr = op.getAttrOfType<mlir::IntegerAttr>("layer");
+    int32_t layer = layer_attr ? int32_t(layer_attr.getInt()) : -1;
+    std::string where = (layer >= 0 ? "layers." + std::to_string(layer) + "." : std::string()) + opname.substr(6);
+    auto kernel = op.getAttrOfType<mlir::StringAttr>("kernel");
+    if (!kernel) throw Error("plan emission: " + where + " has no kernel (run smelt-select-kernels first)");
+    auto offsets = op.getAttrOfType<mlir::DenseI64ArrayAttr>("offsets");
+    if (op.getNumResults() && (!offsets || offsets.size() != (int64_t)op.getNumResults()))
+      throw Error("plan emission: " + where + " has no offsets for its results (run smelt-plan-memory first)");
+
+    std::vector<int32_t> inputs, outputs, wids, sids;
+    for (mlir::Value v : op.getOperands()) {
+      auto it = buffer_id.find(v);
+      if (it == buffer_id.end()) throw Error("plan emission: " + where + " reads a value that no earlier op computes");
+      inputs.push_back(it->second);
+    }
+    inputs.resize(plan_arity(&op), -1);
+    for (auto [i, r] : llvm::enumerate(op.getResults())) {
+      std::string name = r == ret.getOperand(0) ? std::string("logits")
+                                                : where + (op.getNumResults() > 1 ? ":" + std::to_string(i) : "");
+      add_buffer(r, name, offsets[i]);
+      outputs.push_back(buffer_id[r]);
+    }
+    auto lookup = [&](const llvm::StringMap<int32_t>& ids, const SymbolUse& u, const char* what) -> int32_t {
+      if (!u.ref) return -1;
+      auto it = ids.find(u.ref.getValue());
+      if (it == ids.end())
+        throw Error("plan emission: " + where + " " + what + " '" + u.role + "' refers to @" + u.ref.getValue().str() +
+                    ", which is not a smelt." + what);
+      return it->second;
+    };
+    for (const SymbolUse& u : weight_uses(&op)) wids.push_back(lookup(weight_id, u, "weight"));
+    for (const SymbolUse& u : state_uses(&op)) sids.push_back(lookup(state_id, u, "state"));
+
+    std::vector<fb::Offset<plan::Attr>> attrs;
+    for (mlir::NamedAttribute a : op.getAttrDictionary()) {
+      if (!is_model_attr(a)) continue;
+      std::string name = a.getName().str();
+      mlir::Attribute v = a.getValue();
+      if (auto b = llvm::dyn_cast<mlir::BoolAttr>(v)) {
+        attrs.push_back(plan::CreateAttrDirect(fbb, name.c_str(), b.getValue() ? 1 : 0));
+      } else if (auto i = llvm::dyn_cast<mlir::IntegerAttr>(v)) {
+        attrs.push_back(plan::CreateAttrDirect(fbb, name.c_str(), i.getInt()));
+      } else if (auto fl = llvm::dyn_cast<mlir::FloatAttr>(v)) {
+        attrs.push_back(plan::CreateAttrDirect(fbb, name.c_str(), 0, fl.getValueAsDouble()));
+      } else if (auto s = llvm::dyn_cast<mlir::StringAttr>(v)) {
+        attrs.push_back(plan::CreateAttrDirect(fbb, name.c_str(), 0, 0.0, nullptr, s.str().c_str()));
+      } else if (auto d = llvm::dyn_cast<mlir::DenseI64ArrayAttr>(v)) {
+        std::vector<int64_t> ints(d.asArrayRef().begin(), d.asArrayRef().end());
+        attrs.push_back(plan::CreateAttrDirect(fbb, name.c_str(), 0, 0.0, &ints));
+      } else {
+        throw Error("plan emission: " + where + " attribute '" + name + "' = " + text(v) + " has no plan form");
+      }
+    }
+    ops.push_back(plan::CreateOpDirect(fbb, opname.c_str(), kernel.str().c_str(), layer, &inputs, &outputs, &wids,
+                                       &sids, &attrs));
+  }
+  auto logits = buffer_id.find(ret.getOperand(0));
+  if (logits == buffer_id.end()) throw Error("plan emission: @forward returns a value no op computes");
+
+  std::string version = compiler_version();
+  auto root = plan::CreatePlanDirect(fbb, version.c_str(), family.c_str(), config.c_str(), o.target.c_str(),
+                                     o.target_json.c_str(), pipeline.c_str(), &options, &ckpt, &weights, &buffers,
+                                     &states, &ops, /*token_ids=*/0, logits->second, max_rows, max_seq_len,
+                                     uint64_t(arena), /*kernels=*/nullptr);
+  plan::FinishPlanBuffer(fbb, root);
+  return plan_file::wrap({fbb.GetBufferPointer(), fbb.GetSize()});
+}
+
+}  // namespace smelt

@@ -1,0 +1,104 @@
+// smelt-plan-memory: every SSA value of @forward gets a slot in one arena. Live range of a value = [index of
+// its defining op, index of its last user] in program order (the ids argument is defined at -1, the returned
+// value lives to the return). Values are placed in definition order at the lowest offset that does not
+// overlap any placed value whose live range overlaps its own (first fit). Ranges are closed, so an op's
+// outputs never alias its inputs (the input's range reaches the op) nor each other (same start).
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+#include "compiler/dialect/dialect.h"
+#include "compiler/passes/passes.h"
+
+namespace smelt {
+
+#define GEN_PASS_DEF_SMELTPLANMEMORY
+#include "compiler/passes/Passes.h.inc"
+
+namespace {
+
+constexpr int64_t kAlign = 64;
+
+struct Slot {
+  mlir::Value value;
+  int64_t begin, end;  // live range (op indices, inclusive)
+  int64_t bytes;
+  int64_t offset = -1;
+};
+
+struct PlanMemory : impl::SmeltPlanMemoryBase<PlanMemory> {
+  using SmeltPlanMemoryBase::SmeltPlanMemoryBase;
+
+  void runOnOperation() override {
+    mlir::ModuleOp module = getOperation();
+    if (maxRows <= 0) {
+      module.emitError() << "smelt-plan-memory: max-rows must be positive, got " << int64_t(maxRows);
+      return signalPassFailure();
+    }
+    auto f = module.lookupSymbol<mlir::func::FuncOp>("forward");
+    if (!f || f.getBody().empty()) {
+      module.emitError() << "smelt-plan-memory: the module has no func.func @forward with a body";
+      return signalPassFailure();
+    }
+    mlir::Block& body = f.getBody().front();
+    llvm::DenseMap<mlir::Operation*, int64_t> index;
+    int64_t n = 0;
+    for (mlir::Operation& op : body) index[&op] = n++;
+
+    std::vector<Slot> slots;
+    bool ok = true;
+    auto add = [&](mlir::Value v, int64_t begin) {
+      auto t = llvm::cast<mlir::RankedTensorType>(v.getType());
+      unsigned bits = t.getElementType().getIntOrFloatBitWidth();
+      if (t.getRank() != 2 || t.isDynamicDim(1) || bits % 8) {
+        ok = false;
+        mlir::emitError(v.getLoc()) << "smelt-plan-memory: cannot size a buffer of type " << t;
+        return;
+      }
+      int64_t end = begin;
+      for (mlir::Operation* user : v.getUsers()) end = std::max(end, index.lookup(user));
+      int64_t bytes = maxRows * t.getDimSize(1) * (bits / 8);
+      slots.push_back({v, begin, end, (bytes + kAlign - 1) / kAlign * kAlign});
+    };
+    for (mlir::BlockArgument a : body.getArguments()) add(a, -1);
+    for (mlir::Operation& op : body)
+      for (mlir::Value r : op.getResults()) add(r, index[&op]);
+    if (!ok) return signalPassFailure();
+
+    int64_t arena = 0;
+    for (size_t i = 0; i < slots.size(); ++i) {
+      Slot& s = slots[i];
+      std::vector<std::pair<int64_t, int64_t>> busy;  // [offset, offset + bytes) of time-overlapping slots
+      for (size_t j = 0; j < i; ++j)
+        if (slots[j].begin <= s.end && s.begin < slots[j].end)
+          busy.push_back({slots[j].offset, slots[j].offset + slots[j].bytes});
+      std::sort(busy.begin(), busy.end());
+      int64_t at = 0;
+      for (auto [lo, hi] : busy) {
+        if (at + s.bytes <= lo) break;
+        at = std::max(at, hi);
+      }
+      s.offset = at;
+      arena = std::max(arena, at + s.bytes);
+    }
+
+    mlir::Builder b(&getContext());
+    llvm::DenseMap<mlir::Value, int64_t> offset_of;
+    for (const Slot& s : slots) offset_of[s.value] = s.offset;
+    for (mlir::BlockArgument a : body.getArguments())
+      f.setArgAttr(a.getArgNumber(), "smelt.offset", b.getI64IntegerAttr(offset_of[a]));
+    for (mlir::Operation& op : body) {
+      if (op.getNumResults() == 0) continue;
+      llvm::SmallVector<int64_t> offs;
+      for (mlir::Value r : op.getResults()) offs.push_back(offset_of[r]);
+      op.setAttr("offsets", b.getDenseI64ArrayAttr(offs));
+    }
+    module->setAttr("smelt.arena_bytes", b.getI64IntegerAttr(arena));
+    module->setAttr("smelt.max_rows", b.getI64IntegerAttr(maxRows));
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    printAsTextualPipeline(os);
+    record_pass(module, text);
+  }
+};
+
+}  // namespace
+}  // namespace smelt

@@ -1,0 +1,231 @@
+// smelt-verify: whole-module checks that no single op can make. Every weight / state reference resolves to
+// the right kind of symbol with the right shape, @forward has the expected signature and holds only smelt
+// ops, and each layer's schedule is sane. All problems are reported, not just the first.
+#include <map>
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+#include "compiler/dialect/dialect.h"
+#include "compiler/dialect/roles.h"
+#include "compiler/passes/passes.h"
+
+namespace smelt {
+
+#define GEN_PASS_DEF_SMELTVERIFY
+#include "compiler/passes/Passes.h.inc"
+
+namespace {
+
+using mlir::Operation;
+
+std::string shape_str(llvm::ArrayRef<int64_t> s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+int64_t layer_of(Operation* op) {
+  auto a = op->getAttrOfType<mlir::IntegerAttr>("layer");
+  return a ? a.getInt() : -1;
+}
+
+struct Verifier {
+  mlir::ModuleOp module;
+  mlir::SymbolTable symbols;
+  bool ok = true;
+  std::map<Operation*, int> weight_uses_count;
+  std::map<Operation*, Operation*> state_writer;  // state -> the op that writes it
+  int64_t max_seq_len = -1;
+
+  explicit Verifier(mlir::ModuleOp m) : module(m), symbols(m) {
+    if (auto a = m->getAttrOfType<mlir::IntegerAttr>("smelt.max_seq_len")) max_seq_len = a.getInt();
+  }
+
+  mlir::InFlightDiagnostic error(Operation* op) {
+    ok = false;
+    return op->emitOpError();
+  }
+
+  void check_weights(Operation* op) {
+    for (const SymbolUse& u : weight_uses(op)) {
+      if (!u.ref) continue;
+      Operation* sym = symbols.lookup(u.ref.getValue());
+      if (!sym) {
+        error(op) << "weight '" << u.role << "' refers to " << u.ref << ", which is not defined in the module";
+        continue;
+      }
+      auto w = llvm::dyn_cast<WeightOp>(sym);
+      if (!w) {
+        error(op) << "weight '" << u.role << "' refers to " << u.ref << ", which is a " << sym->getName()
+                  << ", not a smelt.weight";
+        continue;
+      }
+      ++weight_uses_count[w];
+      bool integer = llvm::isa<mlir::IntegerType>(w.getTensorType().getElementType());
+      if (integer != (u.role == "tid2eid"))
+        error(op) << "weight '" << u.role << "' " << u.ref << " has element type " << w.getTensorType().getElementType()
+                  << "; expected " << (u.role == "tid2eid" ? "an integer" : "a float") << " type";
+    }
+  }
+
+  // The shape a state must have for this op, rows < 0 = any.
+  std::pair<int64_t, int64_t> expected_state_shape(Operation* op, llvm::StringRef role) {
+    if (auto o = llvm::dyn_cast<WindowKvUpdateOp>(op)) return {o.getWindow(), cols(o.getKv())};
+    if (auto o = llvm::dyn_cast<SparseAttentionOp>(op))
+      return {role == "window_ring" ? o.getWindow() : -1, o.getHeadDim()};
+    if (auto o = llvm::dyn_cast<IndexerTopkOp>(op)) return {-1, o.getHeadDim()};
+    auto o = llvm::cast<CompressorOp>(op);
+    if (role == "compressor_ring") return {2 * o.getRatio(), 2 * (1 + o.getOverlap()) * o.getHeadDim()};
+    return {max_seq_len > 0 ? max_seq_len / o.getRatio() : -1, o.getHeadDim()};
+  }
+
+  void check_states(Operation* op) {
+    for (const SymbolUse& u : state_uses(op)) {
+      if (!u.ref) continue;
+      Operation* sym = symbols.lookup(u.ref.getValue());
+      auto s = llvm::dyn_cast_or_null<StateOp>(sym);
+      if (!s) {
+        error(op) << "state '" << u.role << "' refers to " << u.ref << ", which "
+                  << (sym ? "is a " + sym->getName().getStringRef().str() + ", not a smelt.state"
+                          : std::string("is not defined in the module"));
+        continue;
+      }
+      bool writes = llvm::isa<CompressorOp>(op) || llvm::isa<WindowKvUpdateOp>(op);
+      if (writes) {
+        auto [it, fresh] = state_writer.emplace(s, op);
+        if (!fresh) {
+          error(op) << "writes state " << u.ref << ", which is already written by another op";
+          it->second->emitRemark() << "first writer";
+        }
+      }
+      if (!llvm::is_contained(u.kinds, s.getKind())) {
+        auto d = error(op);
+        d << "state '" << u.role << "' " << u.ref << " has kind " << s.getKind() << "; expected ";
+        llvm::interleave(u.kinds, d, " or ");
+        continue;
+      }
+      if (s.getLayer() != layer_of(op))
+        error(op) << "uses state " << u.ref << " of layer " << s.getLayer() << " from layer " << layer_of(op);
+      auto [rows, width] = expected_state_shape(op, u.role);
+      auto shape = s.getTensorType().getShape();
+      if (shape[1] != width || (rows >= 0 && shape[0] != rows))
+        error(op) << "state '" << u.role << "' " << u.ref << " has shape " << shape_str(shape) << " but this op needs ["
+                  << (rows >= 0 ? std::to_string(rows) : "?") << "," << width << "]";
+      if (!writes && (u.role == "pool" || u.role == "index_pool")) {
+        if (!state_writer.count(s))
+          error(op) << "reads state " << u.ref << " before any compressor in this layer writes it";
+      }
+    }
+  }
+
+  void check_signature(mlir::func::FuncOp f) {
+    auto ft = f.getFunctionType();
+    auto is_rows = [](mlir::Type t, bool i32, int64_t width) {
+      auto r = llvm::dyn_cast<mlir::RankedTensorType>(t);
+      return r && r.getRank() == 2 && r.isDynamicDim(0) && !r.isDynamicDim(1) && (width < 0 || r.getDimSize(1) == width) &&
+             (i32 ? r.getElementType().isInteger(32) : r.getElementType().isF32());
+    };
+    if (ft.getNumInputs() != 1 || !is_rows(ft.getInput(0), true, 1) || ft.getNumResults() != 1 ||
+        !is_rows(ft.getResult(0), false, -1)) {
+      ok = false;
+      f.emitOpError() << "@forward must have the type (tensor<?x1xi32>) -> tensor<?xVxf32>, got " << ft;
+    }
+  }
+
+  // One layer's schedule: exactly one attention whose window ring is updated after it (reads positions < p0
+  // from the ring, so the update must come later), and matching compress ratios.
+  void check_layer(int64_t layer, llvm::ArrayRef<Operation*> ops) {
+    SparseAttentionOp attn;
+    WindowKvUpdateOp update;
+    for (Operation* op : ops) {
+      if (auto a = llvm::dyn_cast<SparseAttentionOp>(op)) {
+        if (attn) error(op) << "is the second sparse_attention of layer " << layer;
+        attn = a;
+      } else if (auto u = llvm::dyn_cast<WindowKvUpdateOp>(op)) {
+        if (update) error(op) << "is the second window_kv_update of layer " << layer;
+        if (!attn) error(op) << "updates the window ring before the layer's sparse_attention reads it";
+        update = u;
+      }
+    }
+    Operation* first = ops.front();
+    if (!attn) {
+      ok = false;
+      first->emitError() << "layer " << layer << " has no smelt.sparse_attention";
+      return;
+    }
+    if (!update) {
+      error(attn) << "layer " << layer << " never updates its window ring (no smelt.window_kv_update)";
+      return;
+    }
+    if (update.getWindowRingAttr() != attn.getWindowRingAttr())
+      error(update) << "updates " << update.getWindowRingAttr() << " but the attention reads "
+                    << attn.getWindowRingAttr();
+    if (update.getKv() != attn.getKv()) error(update) << "stores a different kv than the attention attends to";
+    for (Operation* op : ops)
+      if (auto c = llvm::dyn_cast<CompressorOp>(op); c && c.getRatio() != attn.getRatio())
+        error(op) << "has ratio " << c.getRatio() << " but the layer's attention has ratio " << attn.getRatio();
+    if (auto idx = attn.getIdx()) {
+      auto topk = idx.getDefiningOp<IndexerTopkOp>();
+      if (!topk) error(attn) << "idx must come from a smelt.indexer_topk";
+      else if (topk.getRatio() != attn.getRatio())
+        error(attn) << "idx comes from an indexer with ratio " << topk.getRatio() << ", attention has " << attn.getRatio();
+    }
+  }
+
+  void run() {
+    auto f = symbols.lookup<mlir::func::FuncOp>("forward");
+    if (!f) {
+      ok = false;
+      module.emitError() << "smelt-verify: the module has no func.func @forward";
+      return;
+    }
+    check_signature(f);
+    if (!f.getBody().hasOneBlock()) {
+      ok = false;
+      f.emitOpError() << "@forward must have exactly one block";
+      return;
+    }
+    std::map<int64_t, std::vector<Operation*>> layers;
+    int64_t last_layer = -1;
+    bool after_layers = false;
+    for (Operation& op : f.getBody().front()) {
+      if (llvm::isa<mlir::func::ReturnOp>(op)) continue;
+      if (!is_compute_op(&op)) {
+        error(&op) << "is not a smelt compute op; @forward holds only smelt ops";
+        continue;
+      }
+      int64_t layer = layer_of(&op);
+      if (layer >= 0) {
+        if (after_layers || layer < last_layer)
+          error(&op) << "of layer " << layer << " is out of order (layers run in order, head after the last layer)";
+        last_layer = std::max(last_layer, layer);
+        layers[layer].push_back(&op);
+      } else if (last_layer >= 0) {
+        after_layers = true;
+      }
+      check_weights(&op);
+      check_states(&op);
+    }
+    for (auto& [layer, ops] : layers) check_layer(layer, ops);
+    for (auto w : module.getOps<WeightOp>())
+      if (!weight_uses_count.count(w)) w.emitWarning() << "weight @" << w.getSymName() << " is never used";
+    for (auto s : module.getOps<StateOp>())
+      if (!state_writer.count(s)) {
+        ok = false;
+        s.emitError() << "state @" << s.getSymName() << " is never written (no compressor / window_kv_update)";
+      }
+  }
+};
+
+struct SmeltVerifyPass : impl::SmeltVerifyBase<SmeltVerifyPass> {
+  void runOnOperation() override {
+    Verifier v(getOperation());
+    v.run();
+    if (!v.ok) return signalPassFailure();
+    record_pass(getOperation(), getArgument());
+    markAllAnalysesPreserved();
+  }
+};
+
+}  // namespace
+}  // namespace smelt

@@ -1,0 +1,103 @@
+#include "runtime/cpu/backend.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+namespace smelt::runtime::cpu {
+
+void CpuBackend::FreeDeleter::operator()(uint8_t* p) const { std::free(p); }
+
+CpuBackend::CpuBackend(const Plan& plan, const Weights& weights) : plan_(plan) {
+  const smelt::plan::Plan& p = plan.fb();
+
+  // Arena: 64-byte aligned. Not cleared: the plan is validated so that every buffer is written before
+  // it is read within a chunk.
+  arena_size_ = (p.arena_bytes() + 63) / 64 * 64;
+  void* mem = std::aligned_alloc(64, arena_size_ ? arena_size_ : 64);
+  if (!mem) plan.fail("cannot allocate the arena of " + std::to_string(p.arena_bytes()) + " bytes");
+  arena_.reset(static_cast<uint8_t*>(mem));
+
+  int n_states = p.states() ? int(p.states()->size()) : 0;
+  try {
+    states_.resize(n_states);
+    for (int s = 0; s < n_states; ++s) {
+      std::vector<int64_t> shape = plan.state_shape(s);
+      states_[s].assign(size_t(shape[0] * shape[1]), 0.f);
+    }
+    positions_.resize(size_t(plan.max_rows()));
+  } catch (const std::exception&) {  // bad_alloc, length_error
+    plan.fail("cannot allocate " + std::to_string(state_bytes()) + "+ bytes of sequence state");
+  }
+
+  ops_.resize(plan.ops().size());
+  for (size_t k = 0; k < ops_.size(); ++k) {
+    const OpRef& op = plan.ops()[k];
+    PreparedOp& po = ops_[k];
+    po.plan = &plan;
+    po.ref = &op;
+    for (size_t j = 0; j < op.inputs.size(); ++j) {
+      if (op.inputs[j] < 0) continue;
+      uint8_t* b = buffer(op.inputs[j]);
+      if (op.spec->inputs[j].type == 'i') po.in_i[j] = reinterpret_cast<int32_t*>(b);
+      else po.in[j] = reinterpret_cast<float*>(b);
+      po.in_w[j] = plan.row_elems(op.inputs[j]);
+    }
+    for (size_t j = 0; j < op.outputs.size(); ++j) {
+      uint8_t* b = buffer(op.outputs[j]);
+      if (op.spec->outputs[j].type == 'i') po.out_i[j] = reinterpret_cast<int32_t*>(b);
+      else po.out[j] = reinterpret_cast<float*>(b);
+      po.out_w[j] = plan.row_elems(op.outputs[j]);
+    }
+    // moe_experts lists 3 weights per expert; its handler reads them from w1/w2/w3 (set below).
+    size_t n_w = op.spec->weights_repeat ? 0 : op.weights.size();
+    for (size_t j = 0; j < n_w; ++j) {
+      int id = op.weights[j];
+      if (id < 0) continue;
+      po.w[j] = weights.f32(id);
+      po.w_i[j] = weights.i32(id);
+      po.w_rows[j] = plan.weight_shape(id).empty() ? 1 : plan.weight_shape(id)[0];
+    }
+    if (op.spec->weights_repeat)
+      for (size_t j = 0; j + 2 < op.weights.size(); j += 3) {
+        po.w1.push_back(weights.f32(op.weights[j]));
+        po.w2.push_back(weights.f32(op.weights[j + 1]));
+        po.w3.push_back(weights.f32(op.weights[j + 2]));
+      }
+    for (size_t j = 0; j < op.states.size(); ++j) {
+      if (op.states[j] < 0) continue;
+      po.state[j] = states_[op.states[j]].data();
+      po.state_rows[j] = plan.state_shape(op.states[j])[0];
+    }
+    prepare_op(plan, op, po);
+  }
+}
+
+uint8_t* CpuBackend::buffer(int id) const { return arena_.get() + plan_.fb().buffers()->Get(id)->offset(); }
+
+int32_t* CpuBackend::token_ids() { return reinterpret_cast<int32_t*>(buffer(plan_.token_ids())); }
+
+const float* CpuBackend::logits() const { return reinterpret_cast<const float*>(buffer(plan_.logits())); }
+
+void CpuBackend::run(int64_t p0, int rows) {
+  if (rows < 1 || rows > plan_.max_rows())
+    plan_.fail("chunk of " + std::to_string(rows) + " rows; the plan allows 1 to " + std::to_string(plan_.max_rows()));
+  if (p0 < 0 || p0 + rows > plan_.max_seq_len())
+    plan_.fail("the sequence would reach " + std::to_string(p0 + rows) + " tokens but the plan was compiled for " +
+               "max_seq_len " + std::to_string(plan_.max_seq_len()));
+  for (int r = 0; r < rows; ++r) positions_[r] = p0 + r;
+  ExecContext ctx{p0, rows, positions_.data()};
+  for (const PreparedOp& op : ops_) op.run(op, ctx);
+}
+
+void CpuBackend::reset_state() {
+  for (auto& s : states_) std::fill(s.begin(), s.end(), 0.f);
+}
+
+uint64_t CpuBackend::state_bytes() const {
+  uint64_t n = 0;
+  for (const auto& s : states_) n += 4 * s.size();
+  return n;
+}
+
+}  // namespace smelt::runtime::cpu

@@ -1,0 +1,95 @@
+// A loaded and validated plan: the 32-byte header (schemas/plan_file.h), the flatbuffer payload checked
+// by flatbuffers::Verifier, and a semantic check of everything the runtime will index with: ids in
+// range, ops known and complete, buffer widths consistent with the weights and attributes of every op.
+// A plan that passes load() cannot make the cpu backend read or write out of bounds.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "frontends/error.h"
+#include "runtime/op_specs.h"
+#include "schemas/plan_generated.h"
+
+namespace smelt::runtime {
+
+struct AttrValue {
+  AttrKind kind = AttrKind::Int;
+  int64_t i = 0;
+  double f = 0.0;
+  std::string s;
+};
+
+// One plan op after validation: ids copied out of the flatbuffer, attributes with defaults filled in.
+struct OpRef {
+  int index = 0;
+  const OpSpec* spec = nullptr;
+  std::string name;
+  int layer = -1;
+  std::vector<int> inputs, outputs, weights, states;
+  std::map<std::string, AttrValue, std::less<>> attrs;
+
+  int64_t i(std::string_view attr) const;
+  double f(std::string_view attr) const;
+  const std::string& s(std::string_view attr) const;
+  std::string where() const;  // "op 3 (smelt.linear, layer 0)"
+};
+
+class Plan {
+ public:
+  static Plan load(const std::string& path);
+  // Validates a plan file held in memory (tests, fuzzing); `name` is used in error messages.
+  static Plan from_bytes(std::span<const uint8_t> file, const std::string& name);
+
+  const std::string& path() const { return path_; }
+  const smelt::plan::Plan& fb() const { return *fb_; }
+  const std::vector<OpRef>& ops() const { return ops_; }
+  uint32_t version_major() const { return major_; }
+  uint32_t version_minor() const { return minor_; }
+
+  std::string option(std::string_view key) const;  // "" when the plan has no such option
+  int64_t max_rows() const { return fb_->max_rows(); }
+  int64_t max_seq_len() const { return fb_->max_seq_len(); }
+  int token_ids() const { return fb_->token_ids(); }
+  int logits() const { return fb_->logits(); }
+  int64_t vocab() const;  // row_elems of the logits buffer
+
+  // Shape of weight / state `id` (validated: every dim >= 0, product fits in int64).
+  std::vector<int64_t> weight_shape(int id) const;
+  std::vector<int64_t> state_shape(int id) const;
+  int64_t row_elems(int buffer) const;
+  std::string weight_name(int id) const;
+
+  // Throws smelt::Error "<plan>: <msg>".
+  [[noreturn]] void fail(const std::string& msg) const;
+  [[noreturn]] void fail(const OpRef& op, const std::string& msg) const;
+
+ private:
+  Plan() = default;
+  void validate();
+  void validate_tables();
+  void validate_op(const smelt::plan::Op& op, int index);
+  void validate_dataflow();
+
+  std::string path_;
+  std::vector<uint8_t> bytes_;  // the whole file; the payload starts at plan_file::kHeaderSize
+  const smelt::plan::Plan* fb_ = nullptr;
+  uint32_t major_ = 0, minor_ = 0;
+  std::vector<OpRef> ops_;
+
+ public:
+  Plan(Plan&& o) noexcept = default;
+  Plan& operator=(Plan&& o) noexcept = default;
+};
+
+// Per-op width checks (runtime/op_checks.cc): every buffer's row_elems, every weight's and state's shape
+// and every attribute value agree with each other as docs/ops.md says. Called by Plan::load.
+void check_op_shapes(const Plan& plan, const OpRef& op);
+
+// The DType spellings of the plan schema (same order as safetensors' DType).
+std::string_view plan_dtype_name(smelt::plan::DType d);
+
+}  // namespace smelt::runtime

@@ -1,0 +1,61 @@
+// One sequence running a plan on the cpu backend: prefill a prompt (in chunks of at most max_rows rows),
+// then decode one token at a time. Plus the samplers smelt-run uses.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/cpu/backend.h"
+#include "runtime/plan.h"
+#include "runtime/weights.h"
+
+namespace smelt::runtime {
+
+class Session {
+ public:
+  // `model_dir`: overrides the plan's recorded model directory when not empty.
+  Session(Plan plan, const std::string& model_dir = "");
+  static std::unique_ptr<Session> open(const std::string& plan_path, const std::string& model_dir = "");
+
+  // Feeds `ids` at positions position() .. position()+n-1 in chunks of `chunk` rows (0 = max_rows) and
+  // returns the logits of every one of them, [n, vocab] row-major.
+  std::vector<float> prefill(std::span<const int32_t> ids, int chunk = 0);
+  // Feeds one token; returns its logits [vocab].
+  std::vector<float> decode(int32_t id);
+
+  int64_t position() const { return position_; }
+  void reset();  // a new, empty sequence
+  int64_t vocab() const { return plan_.vocab(); }
+  const Plan& plan() const { return plan_; }
+  const Weights& weights() const { return weights_; }
+  const cpu::CpuBackend& backend() const { return *backend_; }
+
+ private:
+  Plan plan_;
+  Weights weights_;
+  std::unique_ptr<cpu::CpuBackend> backend_;
+  int64_t position_ = 0;
+};
+
+// Greedy: the largest logit; ties go to the lower id.
+int32_t sample_greedy(std::span<const float> logits);
+
+// Temperature + top-p (nucleus) sampling, reproducible for a given seed on every platform:
+// p = softmax(logits / temperature) in double; tokens sorted by p descending (ties: lower id first); keep
+// the shortest prefix whose mass reaches top_p (at least one token); draw u in [0, 1) as the top 53 bits
+// of one std::mt19937_64 output times 2^-53, and pick the first kept token whose cumulative mass (of the
+// kept set, renormalised) exceeds u. temperature <= 0 means greedy.
+class Sampler {
+ public:
+  Sampler(double temperature, double top_p, uint64_t seed);
+  int32_t sample(std::span<const float> logits);
+
+ private:
+  double temperature_, top_p_;
+  std::mt19937_64 rng_;
+};
+
+}  // namespace smelt::runtime

@@ -1,0 +1,52 @@
+// smelt-plan-memory: live ranges in program order, first fit, 64-byte aligned buffers of max-rows rows.
+// RUN: smelt-opt %s -split-input-file --smelt-plan-memory=max-rows=2 | FileCheck %s
+// RUN: not smelt-opt %s -split-input-file --smelt-plan-memory=max-rows=0 2>&1 | FileCheck %s --check-prefix=ZERO
+
+// Worked by hand (op index: 0 embedding, 1 attention, 2 window update, 3 linear, 4 return):
+//   ids  64 B (2 x 1 x 4, aligned), live [-1, 0] -> 0
+//   %x  128 B, live [0, 2]: overlaps ids            -> 64
+//   %o  128 B, live [1, 3]: overlaps %x [64, 192)    -> 192 (0..128 would overlap %x)
+//   %l   64 B, live [3, 4]: overlaps only %o          -> 0
+// CHECK-LABEL: module attributes {smelt.arena_bytes = 320 : i64, smelt.max_rows = 2 : i64, smelt.passes = ["smelt-plan-memory{max-rows=2}"]}
+// CHECK: func.func @forward(%{{.*}}: tensor<?x1xi32> {smelt.offset = 0 : i64})
+// CHECK: smelt.embedding {{.*}}offsets = array<i64: 64>
+// CHECK: smelt.sparse_attention {{.*}}offsets = array<i64: 192>
+// CHECK: smelt.window_kv_update
+// CHECK-NOT: offsets
+// CHECK: smelt.linear {{.*}}offsets = array<i64: 0>
+// ZERO: error: smelt-plan-memory: max-rows must be positive, got 0
+module {
+  smelt.weight @embed : tensor<8x16xf32> from "embed.weight" file 0 offset 0
+  smelt.weight @sink : tensor<1xf32> from "layers.0.attn.attn_sink" file 0 offset 512
+  smelt.weight @head : tensor<8x16xf32> from "head.weight" file 0 offset 516
+  smelt.state @window "window_ring" layer 0 : tensor<4x16xf32>
+  func.func @forward(%ids: tensor<?x1xi32>) -> tensor<?x8xf32> {
+    %x = smelt.embedding %ids {embed = @embed} : (tensor<?x1xi32>) -> tensor<?x16xf32>
+    %o = smelt.sparse_attention %x, %x {layer = 0 : i64, sink = @sink, window_ring = @window, heads = 1 : i64, head_dim = 16 : i64, window = 4 : i64, ratio = 0 : i64, scale = 0.25} : (tensor<?x16xf32>, tensor<?x16xf32>) -> tensor<?x16xf32>
+    smelt.window_kv_update %x {layer = 0 : i64, window_ring = @window, window = 4 : i64} : (tensor<?x16xf32>) -> ()
+    %l = smelt.linear %o {weight = @head} : (tensor<?x16xf32>) -> tensor<?x8xf32>
+    return %l : tensor<?x8xf32>
+  }
+}
+
+// -----
+
+// An op's outputs never share memory with each other or with its inputs, even where the inputs die:
+//   %X  2 x 32 x 4 = 256 B, live [-1, 1] -> 0
+//   %pre, %post, %comb 64 B each (aligned), all defined at 0 -> 256, 320, 384; %post and %comb are
+//   never used, so they are dead after op 0
+//   %u  2 x 16 x 4 = 128 B, live [1, 2]: overlaps %X and %pre (closed ranges), not %post / %comb -> 320
+// CHECK-LABEL: module attributes {smelt.arena_bytes = 448 : i64
+// CHECK: func.func @forward(%{{.*}}: tensor<?x32xf32> {smelt.offset = 0 : i64})
+// CHECK: smelt.hc_mix {{.*}}offsets = array<i64: 256, 320, 384>
+// CHECK: smelt.hc_collapse {{.*}}offsets = array<i64: 320>
+module {
+  smelt.weight @fn : tensor<8x32xf32> from "fn" file 0 offset 0
+  smelt.weight @base : tensor<8xf32> from "base" file 0 offset 0
+  smelt.weight @scale : tensor<3xf32> from "scale" file 0 offset 0
+  func.func @forward(%X: tensor<?x32xf32>) -> tensor<?x16xf32> {
+    %pre, %post, %comb = smelt.hc_mix %X {fn = @fn, base = @base, scale = @scale, hc_mult = 2 : i64, sinkhorn_iters = 3 : i64, hc_eps = 1.0e-6, norm_eps = 1.0e-6} : (tensor<?x32xf32>) -> (tensor<?x2xf32>, tensor<?x2xf32>, tensor<?x4xf32>)
+    %u = smelt.hc_collapse %X, %pre {hc_mult = 2 : i64} : (tensor<?x32xf32>, tensor<?x2xf32>) -> tensor<?x16xf32>
+    return %u : tensor<?x16xf32>
+  }
+}

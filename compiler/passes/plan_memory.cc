@@ -68,7 +68,7 @@ struct PlanMemory : impl::SmeltPlanMemoryBase<PlanMemory> {
       Slot& s = slots[i];
       std::vector<std::pair<int64_t, int64_t>> busy;  // [offset, offset + bytes) of time-overlapping slots
       for (size_t j = 0; j < i; ++j)
-        if (slots[j].begin <= s.end && s.begin < slots[j].end)
+        if (slots[j].begin <= s.end && s.begin <= slots[j].end)
           busy.push_back({slots[j].offset, slots[j].offset + slots[j].bytes});
       std::sort(busy.begin(), busy.end());
       int64_t at = 0;

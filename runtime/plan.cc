@@ -1,5 +1,7 @@
 #include "runtime/plan.h"
 
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <set>
 
@@ -138,7 +140,9 @@ void Plan::validate_tables() {
   int n_files = p.checkpoint_files() ? int(p.checkpoint_files()->size()) : 0;
   for (int i = 0; i < n_files; ++i) {
     std::string path = str(p.checkpoint_files()->Get(i)->path());
-    if (path.empty() || path[0] == '/' || path.find("..") != std::string::npos)
+    std::filesystem::path fp(path);
+    bool escapes = std::any_of(fp.begin(), fp.end(), [](const std::filesystem::path& c) { return c == ".."; });
+    if (path.empty() || fp.is_absolute() || escapes)
       fail("checkpoint file " + std::to_string(i) + " has path '" + path +
            "'; it must be relative to the model directory");
   }

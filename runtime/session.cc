@@ -60,7 +60,7 @@ int32_t Sampler::sample(std::span<const float> logits) {
   for (size_t i = 0; i < p.size(); ++i) sum += p[i] = std::exp((double(logits[i]) - mx) / temperature_);
   std::vector<int32_t> order(p.size());
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return p[a] > p[b]; });
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
   // The nucleus: the shortest prefix whose probability mass reaches top_p.
   size_t keep = 0;
   double mass = 0.0;

@@ -74,6 +74,7 @@ class PlanBuilder {
   std::map<std::string, std::string> options;
   bool record_model_dir = true;
   std::string checkpoint_name = "model.safetensors";
+  std::string recorded_path;  // the checkpoint path written into the plan, when not checkpoint_name
   std::vector<OpArg> ops;
   uint64_t arena_bytes = 0;  // grows with every buffer; tests may shrink it
 
@@ -155,7 +156,8 @@ class PlanBuilder {
     if (record_model_dir) all_options["model_dir"] = model_dir;
     for (const auto& [k, v] : all_options) opts.push_back(plan::CreateKeyValueDirect(fbb, k.c_str(), v.c_str()));
     std::vector<flatbuffers::Offset<plan::CheckpointFile>> files = {
-        plan::CreateCheckpointFileDirect(fbb, checkpoint_name.c_str(), file.file_size(), file.header_hash())};
+        plan::CreateCheckpointFileDirect(fbb, (recorded_path.empty() ? checkpoint_name : recorded_path).c_str(),
+                                         file.file_size(), file.header_hash())};
     std::vector<flatbuffers::Offset<plan::Weight>> weights;
     for (const W& w : weights_) {
       const std::string& source = w.view_of < 0 ? w.name : weights_[w.view_of].name;

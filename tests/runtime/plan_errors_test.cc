@@ -104,6 +104,8 @@ TEST(PlanErrors, OpsAndIds) {
   EXPECT_EQ(tiny_error([](auto& b) { b.max_rows = 0; }), "bad.smelt: max_rows 0 is outside [1, 1048576]");
   EXPECT_EQ(tiny_error([](auto& b) { b.arena_bytes -= 40; }).substr(0, 34), "bad.smelt: buffer 3 (logits) ends ");
   EXPECT_EQ(tiny_error([](auto& b) { b.ops.clear(); }), "bad.smelt: has no ops");
+  EXPECT_EQ(tiny_error([](auto& b) { b.recorded_path = "../model.safetensors"; }),
+            "bad.smelt: checkpoint file 0 has path '../model.safetensors'; it must be relative to the model directory");
 }
 
 TEST(PlanErrors, Attributes) {

@@ -18,138 +18,12 @@
 #include <optional>
 #include <sstream>
 
+#include "frontends/config_reader.h"
+
 namespace smelt {
 namespace {
 
-using json = nlohmann::json;
-using Names = std::initializer_list<const char*>;
-
-constexpr int64_t kMaxDim = int64_t(1) << 24;
-
-std::string one_line(std::string s) {
-  for (char& ch : s)
-    if (static_cast<unsigned char>(ch) < 0x20) ch = ' ';
-  return s;
-}
-
-std::string short_dump(const json& v) {
-  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
-  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
-}
-
-std::string num_str(double x) {
-  std::ostringstream ss;
-  ss << x;
-  return ss.str();
-}
-
-// Reads typed keys (with their alternative spellings) from one JSON object; errors name the file and key.
-struct Reader {
-  const json& obj;
-  const std::string& source;
-  std::string prefix;  // "text_config." inside the nested layout
-
-  [[noreturn]] void fail(const std::string& msg) const { throw Error(one_line(source + ": " + msg)); }
-  std::string key(const std::string& k) const { return prefix + k; }
-
-  // The first present, non-null spelling; `used` gets its name.
-  const json* find(Names names, std::string* used = nullptr) const {
-    for (const char* n : names) {
-      auto it = obj.find(n);
-      if (it != obj.end() && !it->is_null()) {
-        if (used) *used = n;
-        return &*it;
-      }
-    }
-    return nullptr;
-  }
-  bool has(Names names) const { return find(names) != nullptr; }
-
-  [[noreturn]] void missing(Names names) const {
-    std::string msg = "missing required key '" + key(*names.begin()) + "'";
-    if (names.size() > 1) {
-      msg += " (or";
-      for (auto it = names.begin() + 1; it != names.end(); ++it) msg += std::string(" '") + *it + "'";
-      msg += ")";
-    }
-    fail(msg);
-  }
-
-  int64_t to_int(const json& v, const std::string& k, int64_t lo, int64_t hi) const {
-    int64_t x = 0;
-    if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)) {
-      fail("key '" + key(k) + "' = " + short_dump(v) + " is out of range [" + std::to_string(lo) + ", " +
-           std::to_string(hi) + "]");
-    } else if (v.is_number_integer()) {
-      x = v.get<int64_t>();
-    } else if (v.is_number_float() && std::isfinite(v.get<double>()) && v.get<double>() == std::floor(v.get<double>()) &&
-               std::fabs(v.get<double>()) < 9e15) {
-      x = int64_t(v.get<double>());
-    } else {
-      fail("key '" + key(k) + "' must be an integer, got " + short_dump(v));
-    }
-    if (x < lo || x > hi)
-      fail("key '" + key(k) + "' = " + short_dump(v) + " is out of range [" + std::to_string(lo) + ", " +
-           std::to_string(hi) + "]");
-    return x;
-  }
-  double to_double(const json& v, const std::string& k, double lo, double hi) const {
-    if (!v.is_number()) fail("key '" + key(k) + "' must be a number, got " + short_dump(v));
-    double x = v.get<double>();
-    if (!std::isfinite(x) || x < lo || x > hi)
-      fail("key '" + key(k) + "' = " + short_dump(v) + " is out of range [" + num_str(lo) + ", " + num_str(hi) + "]");
-    return x;
-  }
-
-  std::optional<int64_t> opt_int(Names names, int64_t lo, int64_t hi) const {
-    std::string used;
-    const json* v = find(names, &used);
-    if (!v) return std::nullopt;
-    return to_int(*v, used, lo, hi);
-  }
-  int64_t req_int(Names names, int64_t lo, int64_t hi) const {
-    auto x = opt_int(names, lo, hi);
-    if (!x) missing(names);
-    return *x;
-  }
-  int64_t int_or(Names names, int64_t dflt, int64_t lo, int64_t hi) const { return opt_int(names, lo, hi).value_or(dflt); }
-  std::optional<double> opt_double(Names names, double lo, double hi) const {
-    std::string used;
-    const json* v = find(names, &used);
-    if (!v) return std::nullopt;
-    return to_double(*v, used, lo, hi);
-  }
-  double double_or(Names names, double dflt, double lo, double hi) const {
-    return opt_double(names, lo, hi).value_or(dflt);
-  }
-  bool bool_or(Names names, bool dflt) const {
-    std::string used;
-    const json* v = find(names, &used);
-    if (!v) return dflt;
-    if (!v->is_boolean()) fail("key '" + key(used) + "' must be true or false, got " + short_dump(*v));
-    return v->get<bool>();
-  }
-  std::optional<std::string> opt_string(Names names) const {
-    std::string used;
-    const json* v = find(names, &used);
-    if (!v) return std::nullopt;
-    if (!v->is_string()) fail("key '" + key(used) + "' must be a string, got " + short_dump(*v));
-    return v->get<std::string>();
-  }
-  const json* opt_object(Names names) const {
-    std::string used;
-    const json* v = find(names, &used);
-    if (v && !v->is_object()) fail("key '" + key(used) + "' must be a JSON object, got " + short_dump(*v));
-    return v;
-  }
-  const json* opt_array(Names names) const {
-    std::string used;
-    const json* v = find(names, &used);
-    if (v && !v->is_array()) fail("key '" + key(used) + "' must be a JSON array, got " + short_dump(*v));
-    return v;
-  }
-  Reader sub(const json& o, const std::string& name) const { return Reader{o, source, prefix + name + "."}; }
-};
+using namespace config_detail;
 
 // RoPE settings of one spelling: rope_scaling, a flat rope_parameters, or rope_parameters.compress.
 void read_yarn(const Reader& r, ModelConfig& c) {
@@ -250,7 +124,9 @@ std::vector<int> read_compress_ratios(const Reader& r, const ModelConfig& c) {
            " is not supported (DeepSeek-V4 keys its overlapping compressor and indexer on ratio 4)");
   if (hca == 4) r.fail("heavily_compressed_attention rate 4 would be indistinguishable from CSA");
 
-  if (const json* types = r.opt_array({"layer_types"})) {
+  // V4.1's layer_types (sliding / shared_compressed, written by transformers) do not carry the ratio.
+  const json* types = v4 ? r.opt_array({"layer_types"}) : nullptr;
+  if (types) {
     if (types->size() < size_t(n))
       r.fail("key '" + r.key("layer_types") + "' has " + std::to_string(types->size()) +
              " entries but num_hidden_layers is " + std::to_string(n));
@@ -437,13 +313,16 @@ ModelConfig parse_config(const std::string& json_text, const std::string& source
   } else if (r.find({"dtype"}) && r.find({"dtype"})->is_string() && *r.find({"dtype"}) == "fp8") {
     int b = v4 ? 128 : 32;
     c.weight_block_size = {b, b};
+    c.scale_fmt = "ue8m0";  // both releases use power-of-two E8M0 scales
   }
+  if (qr) c.scale_fmt = qr->opt_string({"scale_fmt"}).value_or("");
   std::optional<std::string> ed = r.opt_string({"expert_dtype"});
   if (!ed && qr) ed = qr->opt_string({"expert_dtype"});
   if (!ed && text_config) ed = top.opt_string({"expert_dtype"});
   c.expert_dtype = ed.value_or("");
 
   validate(r, c);
+  if (!v4) read_v41_fields(top, r, c);
   return c;
 }
 
@@ -481,7 +360,9 @@ std::string config_to_json(const ModelConfig& c) {
   for (bool h : c.hash_moe) mlp.push_back(h ? "hash_moe" : "moe");
   j["mlp_layer_types"] = mlp;
   j["sliding_window"] = c.sliding_window;
-  j["compress_ratios"] = c.compress_ratios;
+  std::vector<int> ratios = c.compress_ratios;
+  ratios.insert(ratios.end(), c.mtp_compress_ratios.begin(), c.mtp_compress_ratios.end());
+  j["compress_ratios"] = ratios;
   j["index_n_heads"] = c.index_n_heads;
   j["index_head_dim"] = c.index_head_dim;
   j["index_topk"] = c.index_topk;
@@ -502,8 +383,44 @@ std::string config_to_json(const ModelConfig& c) {
   j["bos_token_id"] = c.bos_token_id;
   j["eos_token_id"] = c.eos_token_id;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
-  if (!c.weight_block_size.empty()) j["quantization_config"] = {{"weight_block_size", c.weight_block_size}};
+  if (!c.weight_block_size.empty() || !c.scale_fmt.empty()) {
+    auto& q = j["quantization_config"] = nlohmann::ordered_json::object();
+    if (!c.weight_block_size.empty()) q["weight_block_size"] = c.weight_block_size;
+    if (!c.scale_fmt.empty()) q["scale_fmt"] = c.scale_fmt;
+  }
   if (!c.expert_dtype.empty()) j["expert_dtype"] = c.expert_dtype;
+  if (c.family == ModelFamily::DeepseekV41) {
+    j["kv_source_layer_ids"] = c.kv_source_layer_ids;
+    j["index_source_layer_ids"] = c.index_source_layer_ids;
+    j["candidate_source_layer_id"] = c.candidate_source_layer_id;
+    j["candidate_topk_blocks"] = c.candidate_topk_blocks;
+    j["candidate_block_size"] = c.candidate_block_size;
+    j["gate_temp"] = c.gate_temp;
+    j["image_token_id"] = c.image_token_id;
+    j["engram_layer_ids"] = c.engram_layer_ids;
+    j["engram_num_embeddings"] = c.engram_num_embeddings;
+    j["engram_max_ngram_size"] = c.engram_max_ngram_size;
+    j["engram_vocab_size"] = c.engram_vocab_size;
+    j["engram_n_heads"] = c.engram_n_heads;
+    j["engram_head_dim"] = c.engram_head_dim;
+    j["engram_pad_token_id"] = c.engram_pad_token_id;
+    j["engram_compressed_vocab_size"] = c.engram_compressed_vocab_size;
+    j["dspark_block_size"] = c.dspark_block_size;
+    j["dspark_noise_token_id"] = c.dspark_noise_token_id;
+    j["dspark_target_layer_ids"] = c.dspark_target_layer_ids;
+    j["dspark_markov_rank"] = c.dspark_markov_rank;
+    j["dspark_n_routed_experts"] = c.dspark_n_routed_experts;
+    j["dspark_num_experts_per_tok"] = c.dspark_num_experts_per_tok;
+    if (c.vision.present()) {
+      const VisionConfig& v = c.vision;
+      j["vision_config"] = {{"num_hidden_layers", v.num_hidden_layers},   {"hidden_size", v.hidden_size},
+                            {"num_attention_heads", v.num_attention_heads}, {"intermediate_size", v.intermediate_size},
+                            {"patch_size", v.patch_size},                 {"downsample_ratio", v.downsample_ratio},
+                            {"rope_theta", v.rope_theta},                 {"max_image_tokens", v.max_image_tokens},
+                            {"min_pixels", v.min_pixels}};
+      j["vision_config"]["max_wh_ratio"] = v.max_wh_ratio > 0 ? nlohmann::ordered_json(v.max_wh_ratio) : nullptr;
+    }
+  }
   return j.dump(2);
 }
 

@@ -1,4 +1,5 @@
-// Model description: which tensors a DeepSeek-V4 config implies (canonical = official release names),
+// Model description: which tensors a DeepSeek-V4 config implies (canonical = official release names; V4.1's
+// list is in model_v41.cc),
 // where each one lives in the checkpoint for each of the three name layouts, and the checks that every
 // one is present with the right dtype class and exact shape.
 #include "frontends/model.h"
@@ -123,8 +124,6 @@ TensorLayout detect_layout(const Checkpoint& ck) {
 bool is_float(DType d) { return d == DType::F32 || d == DType::BF16 || d == DType::F16 || d == DType::F64; }
 bool is_int(DType d) { return d == DType::I64 || d == DType::I32; }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 }  // namespace
 
 std::string_view layout_name(TensorLayout l) {
@@ -137,15 +136,19 @@ std::string_view layout_name(TensorLayout l) {
 }
 
 std::vector<ExpectedTensor> expected_tensors(const ModelConfig& c) {
-  if (c.family != ModelFamily::DeepseekV4)
-    throw Error("model_type '" + c.model_type + "': only the DeepSeek-V4 tensor layout is supported so far");
+  if (c.family == ModelFamily::DeepseekV41) return expected_tensors_v41(c);
   const int64_t D = c.hidden_size, H = c.num_attention_heads, hd = c.head_dim, Q = c.q_lora_rank;
   const int64_t G = c.o_groups, R = c.o_lora_rank, n = c.hc_mult, E = c.n_routed_experts;
   const int64_t F = c.moe_intermediate_size, FS = F * c.n_shared_experts, V = c.vocab_size;
   const int64_t HI = c.index_n_heads, dI = c.index_head_dim;
   std::vector<ExpectedTensor> out;
+  // V4: the storage says which quantized forms the loader accepts (FP8 blocks for every 2-D linear, FP4 for
+  // routed experts); the exact V4 release dtypes are not modelled (no writer for V4).
   auto add = [&](std::string name, std::vector<int64_t> shape, bool integer = false) {
-    out.push_back({std::move(name), std::move(shape), integer});
+    Storage s = integer ? Storage::Integer : Storage::BF16;
+    if (!integer && shape.size() == 2 && ends_with(name, ".weight") && name != "embed.weight" && name != "head.weight")
+      s = name.find(".ffn.experts.") != std::string::npos ? Storage::Fp4Row : Storage::Fp8Block;
+    out.push_back({std::move(name), std::move(shape), integer, s});
   };
   add("embed.weight", {V, D});
   add("head.weight", {V, D});
@@ -216,11 +219,12 @@ ModelDescription load_model(const std::string& dir) {
   m.dir = dir;
   const std::string config_path = (std::filesystem::path(dir) / "config.json").string();
   m.config = load_config(config_path);
-  if (m.config.family != ModelFamily::DeepseekV4)
-    throw Error(config_path + ": model_type '" + m.config.model_type +
-                "': loading its tensors is not supported yet (DeepSeek-V4 only)");
+  const bool v41 = m.config.family == ModelFamily::DeepseekV41;
   m.checkpoint = Checkpoint::open(dir);
   m.layout = detect_layout(m.checkpoint);
+  if (v41 && m.layout != TensorLayout::Official)
+    throw Error(dir + ": DeepSeek-V4.1 checkpoints must use the release's tensor names (found the " +
+                std::string(layout_name(m.layout)) + " layout)");
   const Checkpoint& ck = m.checkpoint;
   const ModelConfig& c = m.config;
   std::set<std::string> used;  // checkpoint names accounted for
@@ -239,8 +243,9 @@ ModelDescription load_model(const std::string& dir) {
     m.source_names[canonical] = t.name;
     used.insert(t.name);
   };
-  // FP8 / FP4 weights of the release carry a `.scale` beside them.
-  auto add_scale = [&](const std::string& canonical, const TensorInfo& w, std::vector<int64_t> want) {
+  // FP8 / FP4 weights of the release carry a `.scale` beside them, in the shape the storage implies.
+  auto add_scale = [&](const std::string& canonical, const TensorInfo& w, Storage storage,
+                       const std::vector<int64_t>& logical) {
     std::string base = w.name.substr(0, w.name.size() - 7);  // strip ".weight"
     const TensorInfo* s = ck.find(base + ".scale");
     if (!s) throw Error(file_of(w) + ": tensor '" + w.name + "' is " + std::string(dtype_name(w.dtype)) +
@@ -249,7 +254,16 @@ ModelDescription load_model(const std::string& dir) {
     if (s->dtype != DType::F8_E8M0 && s->dtype != DType::F32)
       throw Error(file_of(*s) + ": tensor '" + s->name + "' has dtype " + std::string(dtype_name(s->dtype)) +
                   " but a block scale must be F8_E8M0 or F32");
-    check_shape(*s, cs, want);
+    std::vector<int64_t> want = scale_shape(c, storage, logical);
+    if (s->shape != want) {
+      std::string blocks = storage == Storage::Fp8Block && c.weight_block_size.size() == 2
+                               ? std::to_string(c.weight_block_size[0]) + "x" + std::to_string(c.weight_block_size[1]) +
+                                     " blocks"
+                               : "one scale per 32 inputs of a row";
+      throw Error(file_of(*s) + ": scale '" + s->name + "' has shape " + shape_str(s->shape) + " but weight '" +
+                  w.name + "' " + shape_str(w.shape) + " (" + std::string(dtype_name(w.dtype)) + ", " + blocks +
+                  ") needs " + shape_str(want));
+    }
     add(cs, *s);
   };
 
@@ -305,22 +319,20 @@ ModelDescription load_model(const std::string& dir) {
         msg += " (" + std::string(layout_name(m.layout)) + " name '" + src + "')";
       throw Error(msg);
     }
+    const bool fp8_ok = e.storage == Storage::Fp8Block || e.storage == Storage::Fp4Row || e.storage == Storage::Fp8Row;
     if (e.integer) {
       if (!is_int(t->dtype))
         throw Error(file_of(*t) + ": " + describe(src, e.name) + " has dtype " + std::string(dtype_name(t->dtype)) +
                     " but must be an integer (I64 or I32)");
       check_shape(*t, e.name, e.shape);
-    } else if (t->dtype == DType::F8_E4M3 && e.shape.size() == 2 && ends_with(e.name, ".weight") &&
-               e.name != "embed.weight" && e.name != "head.weight") {
-      check_shape(*t, e.name, e.shape);  // FP8 linear: [out, in] + scale per block
-      int64_t b0 = c.weight_block_size.size() == 2 ? c.weight_block_size[0] : 128;
-      int64_t b1 = c.weight_block_size.size() == 2 ? c.weight_block_size[1] : 128;
-      add_scale(e.name, *t, {ceil_div(e.shape[0], b0), ceil_div(e.shape[1], b1)});
-    } else if (t->dtype == DType::I8 && is_expert) {
-      // FP4 expert: two E2M1 codes per byte, one scale per row per 32 inputs.
+    } else if (t->dtype == DType::F8_E4M3 && fp8_ok) {
+      check_shape(*t, e.name, e.shape);  // FP8 [out, in] (or an FP8 expert in place of FP4) + its scale
+      add_scale(e.name, *t, e.storage == Storage::Fp8Row ? Storage::Fp8Row : Storage::Fp8Block, e.shape);
+    } else if (t->dtype == DType::I8 && e.storage == Storage::Fp4Row) {
+      // FP4: two E2M1 codes per byte, one scale per row per 32 inputs.
       if (e.shape[1] % 2) throw Error(file_of(*t) + ": " + describe(src, e.name) + " is FP4 but its input dim is odd");
       check_shape(*t, e.name, {e.shape[0], e.shape[1] / 2});
-      add_scale(e.name, *t, {e.shape[0], ceil_div(e.shape[1], 32)});
+      add_scale(e.name, *t, Storage::Fp4Row, e.shape);
     } else {
       if (!is_float(t->dtype))
         throw Error(file_of(*t) + ": " + describe(src, e.name) + " has dtype " + std::string(dtype_name(t->dtype)) +
@@ -330,13 +342,16 @@ ModelDescription load_model(const std::string& dir) {
     add(e.name, *t);
   }
 
-  // Anything left over means the config and the checkpoint disagree (MTP stages are not used).
+  // Anything left over means the config and the checkpoint disagree (V4's MTP stages are not used; V4.1's
+  // DSpark stages are part of the model).
   for (const auto& [name, t] : ck.tensors()) {
-    if (used.count(name) || starts_with(name, "mtp.") || name.find(".mtp.") != std::string::npos ||
-        starts_with(name, "model.mtp."))
+    if (used.count(name)) continue;
+    if (!v41 && (starts_with(name, "mtp.") || name.find(".mtp.") != std::string::npos || starts_with(name, "model.mtp.")))
       continue;
-    throw Error(file_of(t) + ": unexpected tensor '" + name +
-                "' that the config does not use (check compress_ratios, num_hash_layers and the expert count)");
+    throw Error(file_of(t) + ": unexpected tensor '" + name + "' that the config does not use (check " +
+                (v41 ? "compress_ratios, the KV/index source layers, engram_layer_ids, num_nextn_predict_layers, "
+                       "vision_config and the expert counts)"
+                     : "compress_ratios, num_hash_layers and the expert count)"));
   }
   return m;
 }

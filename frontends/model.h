@@ -9,6 +9,9 @@
 // Official checkpoints may store linears as FP8 (F8_E4M3 weight + F8_E8M0 `.scale`, blocks from
 // weight_block_size) and routed experts as FP4 (I8 [out, in/2] + `.scale` [out, in/32]); the scales are
 // then listed too, under the canonical name with `.scale` in place of `.weight`.
+// DeepSeek-V4.1 (model_v41.cc) is read in the official layout only: its DSpark stages (mtp.{s}.*), Engram
+// tables (FP8 rows + one scale per 32 channels) and vision tower are part of the model; V4's MTP stages
+// are ignored.
 #pragma once
 #include <map>
 #include <string>
@@ -40,12 +43,42 @@ struct ModelDescription {
 // config implies (presence, dtype class, exact shape). Errors name the file and the tensor.
 ModelDescription load_model(const std::string& dir);
 
-// The canonical tensors the config requires, with expected shapes (used by load_model and the dry run).
+// How the release stores a tensor. load_model also accepts a plain floating-point tensor of the logical
+// shape in place of any quantized form (a dequantized checkpoint), and FP8 in place of FP4.
+enum class Storage : uint8_t {
+  BF16,
+  F32,
+  Integer,   // I64 or I32 (V4 tid2eid)
+  Fp8Block,  // F8_E4M3 [out, in] + F8_E8M0 `.scale` [ceil(out/b0), ceil(in/b1)], b = weight_block_size
+  Fp4Row,    // I8 [out, in/2] (two E2M1 codes a byte) + F8_E8M0 `.scale` [out, ceil(in/32)]
+  Fp8Row,    // F8_E4M3 [rows, dim] + F8_E8M0 `.scale` [rows, ceil(dim/32)] (Engram tables)
+};
+std::string_view storage_name(Storage s);
+
+// The canonical tensors the config requires, with expected (logical) shapes and their release storage
+// (used by load_model, the dry run and smelt-make-checkpoint). For a quantized storage the name is the
+// `.weight`; its `.scale` is implied.
 struct ExpectedTensor {
   std::string name;
   std::vector<int64_t> shape;
   bool integer = false;  // tid2eid
+  Storage storage = Storage::BF16;
 };
 std::vector<ExpectedTensor> expected_tensors(const ModelConfig& c);
+std::vector<ExpectedTensor> expected_tensors_v41(const ModelConfig& c);  // model_v41.cc; V4.1 only
+
+// The tensors as the release writes them: every quantized weight followed by its scale, with stored
+// dtypes and shapes. `group` names the release shard group of the tensor (see smelt-make-checkpoint):
+// "vision", "embed", "layers.{i}", "head", "mtp.{s}" or "engram.{i}".
+struct StoredTensor {
+  std::string name;
+  DType dtype = DType::BF16;
+  std::vector<int64_t> shape;
+  std::string group;
+  uint64_t nbytes() const;
+};
+std::vector<StoredTensor> release_tensors(const ModelConfig& c);
+// The stored shape of a scale for weight `w` (logical shape) in storage `s`.
+std::vector<int64_t> scale_shape(const ModelConfig& c, Storage s, const std::vector<int64_t>& w);
 
 }  // namespace smelt

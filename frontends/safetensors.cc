@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <unordered_set>
 
 #include "schemas/plan_file.h"
 
@@ -77,6 +78,30 @@ std::optional<uint64_t> as_index(const json& v) {
   return std::nullopt;
 }
 
+// Finds a repeated top-level key in one linear pass. (nlohmann's callback parser would do, but it rescans
+// the parent object at every nested object's end: quadratic in the tensor count, minutes for 10^5 tensors.)
+struct TopLevelKeys : json::json_sax_t {
+  int depth = 0;
+  std::unordered_set<std::string> seen;
+  std::string duplicate;
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return ++depth, true; }
+  bool end_object() override { return --depth, true; }
+  bool start_array(std::size_t) override { return ++depth, true; }
+  bool end_array() override { return --depth, true; }
+  bool key(string_t& k) override {
+    if (depth == 1 && duplicate.empty() && !seen.insert(k).second) duplicate = k;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const json::exception&) override { return false; }
+};
+
 struct ParsedHeader {
   uint64_t header_size = 0;
   uint64_t header_hash = 0;
@@ -101,24 +126,17 @@ ParsedHeader parse_header(const uint8_t* data, uint64_t size, const std::string&
   out.header_hash = plan_file::fnv1a64(data, size_t(8 + n));
   const char* text = reinterpret_cast<const char*>(data + 8);
 
-  // nlohmann keeps the last of duplicate keys silently; a duplicate tensor name must be an error.
-  std::set<std::string> seen;
-  std::string duplicate;
-  auto on_event = [&](int depth, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::key && depth == 1 && parsed.is_string()) {
-      const auto& k = parsed.get_ref<const std::string&>();
-      if (!seen.insert(k).second && duplicate.empty()) duplicate = k;
-    }
-    return true;
-  };
   json header;
   try {
-    header = json::parse(text, text + n, on_event);
+    header = json::parse(text, text + n);
   } catch (const json::exception& e) {
     throw fail("header is not valid JSON: " + one_line(e.what()));
   }
   if (!header.is_object()) throw fail("header is not a JSON object");
-  if (!duplicate.empty()) throw fail("tensor '" + duplicate + "' appears twice in the header");
+  // nlohmann keeps the last of duplicate keys silently; a duplicate tensor name must be an error.
+  TopLevelKeys keys;
+  json::sax_parse(text, text + n, &keys);
+  if (!keys.duplicate.empty()) throw fail("tensor '" + keys.duplicate + "' appears twice in the header");
 
   const uint64_t data_start = 8 + n, data_size = size - data_start;
   struct Range {
@@ -339,6 +357,9 @@ Checkpoint Checkpoint::open(const std::string& dir) {
       weight_map[tensor] = p;
     }
     paths.assign(files.begin(), files.end());
+  } else if (is_regular_file((fs::path(dir) / "model.safetensors").string())) {
+    // A single-file checkpoint: other .safetensors beside it (logits, fixtures) are not weights.
+    paths.push_back((fs::path(dir) / "model.safetensors").string());
   } else {
     std::error_code ec;
     fs::directory_iterator it(dir, ec);

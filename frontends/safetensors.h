@@ -76,8 +76,9 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
-// All tensors of a checkpoint directory: the shards listed by model.safetensors.index.json, else every
-// *.safetensors file in the directory (sorted). A name present twice is an error.
+// All tensors of a checkpoint directory: the shards listed by model.safetensors.index.json, else
+// model.safetensors alone when present (as transformers loads it), else every *.safetensors file in the
+// directory (sorted). A name present twice is an error.
 class Checkpoint {
  public:
   static Checkpoint open(const std::string& dir);

@@ -59,7 +59,11 @@ const char* kV41Nested = R"({
     "kv_source_layer_ids": [2, 5], "index_source_layer_ids": [2, 5, 7], "index_n_heads": 4, "index_head_dim": 64,
     "index_topk": 8, "candidate_source_layer_id": 5, "candidate_topk_blocks": 4, "candidate_block_size": 4,
     "hc_mult": 4, "hc_sinkhorn_iters": 20, "hc_eps": 1e-06, "engram_layer_ids": [1, 2],
-    "engram_num_embeddings": [434, 606], "num_nextn_predict_layers": 3, "dspark_block_size": 5},
+    "engram_num_embeddings": [434, 606], "engram_max_ngram_size": 4, "engram_vocab_size": 61,
+    "engram_n_heads": 2, "engram_head_dim": 32, "engram_pad_token_id": 2, "engram_compressed_vocab_size": 512,
+    "num_nextn_predict_layers": 3, "dspark_block_size": 5, "dspark_noise_token_id": 511,
+    "dspark_target_layer_ids": [5, 6, 7], "dspark_markov_rank": 32, "dspark_n_routed_experts": 4,
+    "dspark_num_experts_per_tok": 2},
   "vision_config": {"model_type": "deepseek_v41_vision", "num_hidden_layers": 32, "max_wh_ratio": null}
 })";
 const char* kV41Inference = R"({
@@ -69,9 +73,14 @@ const char* kV41Inference = R"({
   "norm_eps": 1e-20, "o_groups": 2, "o_lora_rank": 64, "window_size": 16, "kv_source_layers": [2, 5],
   "index_source_layers": [2, 5, 7], "original_seq_len": 65536, "rope_theta": 10000, "rope_factor": 16,
   "beta_fast": 32, "beta_slow": 1, "index_n_heads": 4, "index_head_dim": 64, "index_topk": 8,
-  "candidate_source_layer": 5, "hc_mult": 4, "hc_sinkhorn_iters": 20, "hc_eps": 1e-06, "dtype": "fp8",
-  "expert_dtype": "fp4", "compress_rope_theta": 160000, "compress_ratios": [0, 0, 2, 2, 2, 1, 1, 1],
-  "vision_max_wh_ratio": null})";
+  "candidate_source_layer": 5, "candidate_topk_blocks": 4, "candidate_block_size": 4, "hc_mult": 4,
+  "hc_sinkhorn_iters": 20, "hc_eps": 1e-06, "dtype": "fp8", "expert_dtype": "fp4", "compress_rope_theta": 160000,
+  "compress_ratios": [0, 0, 2, 2, 2, 1, 1, 1], "engram_layer_ids": [1, 2], "engram_vocab_size": 61,
+  "engram_num_embeddings": [434, 606], "engram_max_ngram_size": 4, "engram_pad_id": 2,
+  "engram_compressed_vocab_size": 512, "engram_n_heads": 2, "engram_head_dim": 32, "dspark_block_size": 5,
+  "dspark_noise_token_id": 511, "dspark_target_layer_ids": [5, 6, 7], "dspark_markov_rank": 32,
+  "dspark_n_routed_experts": 4, "dspark_n_activated_experts": 2, "image_token_id": 509, "vision_n_layers": 32,
+  "vision_dim": 1024, "vision_max_wh_ratio": null})";
 
 TEST(FrontendConfig, TinyV4AllSpellingsAgree) {
   // (a) transformers save_pretrained output and (b) its legacy input: both written by transformers 5.17.
@@ -163,7 +172,180 @@ TEST(FrontendConfig, V41GoldensBothSpellings) {
     EXPECT_EQ(d.num_hidden_layers, 8);
     c.max_position_embeddings = d.max_position_embeddings;  // not in the inference spelling
     EXPECT_EQ(c, d) << name;
+    // The V4.1 keys are read, not left at defaults on both sides (values from the golden READMEs).
+    const bool full = std::string(name) == "tiny_full";
+    EXPECT_EQ(d.kv_source_layer_ids, (std::vector<int>{2, 5}));
+    EXPECT_EQ(d.index_source_layer_ids, (std::vector<int>{2, 5, 7}));
+    EXPECT_EQ(d.candidate_source_layer_id, 5);
+    EXPECT_EQ(d.candidate_topk_blocks, 4);
+    EXPECT_EQ(d.candidate_block_size, 4);
+    EXPECT_EQ(d.image_token_id, 509);
+    EXPECT_EQ(d.engram_layer_ids, full ? (std::vector<int>{1, 2}) : std::vector<int>{});
+    EXPECT_EQ(d.engram_num_embeddings, full ? (std::vector<int64_t>{434, 606}) : std::vector<int64_t>{});
+    EXPECT_EQ(d.engram_head_dim, 32);
+    EXPECT_EQ(d.engram_n_heads, 2);
+    EXPECT_EQ(d.engram_vocab_size, 61);
+    EXPECT_EQ(d.engram_compressed_vocab_size, 512);
+    EXPECT_EQ(d.num_nextn_predict_layers, full ? 3 : 0);
+    EXPECT_EQ(d.mtp_compress_ratios, full ? (std::vector<int>{0, 0, 0}) : std::vector<int>{});
+    EXPECT_EQ(d.dspark_target_layer_ids, full ? (std::vector<int>{5, 6, 7}) : std::vector<int>{});
+    EXPECT_EQ(d.dspark_n_routed_experts, 4);
+    EXPECT_EQ(d.dspark_num_experts_per_tok, 2);
+    EXPECT_EQ(d.dspark_markov_rank, 32);
+    EXPECT_EQ(d.dspark_noise_token_id, 511);
+    EXPECT_FALSE(d.vision.present());  // vision_n_layers 0 in the inference spelling, no vision_config
+    EXPECT_EQ(d.scale_fmt, "ue8m0");
   }
+}
+
+void replace_text(std::string& s, const std::string& from, const std::string& to) {
+  size_t at = s.find(from);
+  ASSERT_NE(at, std::string::npos) << from;
+  s.replace(at, from.size(), to);
+}
+
+// The V4.1-Flash release config (spec section 1.1), hand-checked, and its flat inference/config.json
+// spelling (section 1.2's renames, same values) parsing to the same ModelConfig.
+const std::string kFlash = std::string(SMELT_FRONTEND_DATA) + "/deepseek-v4.1-flash/config.json";
+const char* kFlashInference = R"({
+  "vocab_size": 129280, "dim": 5120, "moe_inter_dim": 2304, "n_layers": 40, "n_mtp_layers": 3,
+  "dspark_block_size": 5, "dspark_noise_token_id": 128799, "dspark_target_layer_ids": [37, 38, 39],
+  "dspark_markov_rank": 256, "dspark_n_routed_experts": 128, "dspark_n_activated_experts": 3, "n_heads": 64,
+  "n_routed_experts": 384, "n_shared_experts": 1, "n_activated_experts": 6, "score_func": "sqrtsoftplus",
+  "route_scale": 1.5, "swiglu_limit": 10.0, "q_lora_rank": 1280, "head_dim": 512, "rope_head_dim": 64,
+  "norm_eps": 1e-20, "o_groups": 8, "o_lora_rank": 1024, "window_size": 128, "kv_source_layers": [2, 8, 14, 20],
+  "index_source_layers": [2, 8, 14, 20, 24, 28, 32, 36], "original_seq_len": 65536, "rope_theta": 10000,
+  "rope_factor": 16, "beta_fast": 32, "beta_slow": 1, "index_n_heads": 32, "index_head_dim": 128, "index_topk": 512,
+  "candidate_source_layer": 20, "candidate_topk_blocks": 2048, "candidate_block_size": 8, "hc_mult": 4,
+  "hc_sinkhorn_iters": 20, "hc_eps": 1e-06, "engram_layer_ids": [1, 14], "engram_vocab_size": 16000000,
+  "engram_num_embeddings": [384006168, 384016682], "engram_max_ngram_size": 4, "engram_pad_id": 2,
+  "engram_compressed_vocab_size": 99092, "dtype": "fp8", "expert_dtype": "fp4", "compress_rope_theta": 160000,
+  "compress_ratios": [0,0, 2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2, 1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1, 0,0,0],
+  "vision_n_layers": 32, "vision_dim": 1024, "vision_n_heads": 16, "vision_inter_dim": 2816, "vision_patch_size": 14,
+  "vision_downsample_ratio": 3, "vision_max_n_token": 1024, "vision_min_pixels": 295936, "vision_max_wh_ratio": null,
+  "image_token_id": 129264, "engram_n_heads": 8, "engram_head_dim": 256, "vision_rope_theta": 10000})";
+
+TEST(FrontendConfig, V41FlashRelease) {
+  ModelConfig c = load_config(kFlash);
+  EXPECT_EQ(c.family, ModelFamily::DeepseekV41);
+  EXPECT_EQ(c.num_hidden_layers, 40);
+  ASSERT_EQ(c.compress_ratios.size(), 40u);  // backbone only; the DSpark stages apart
+  for (int i = 0; i < 40; ++i) EXPECT_EQ(c.compress_ratios[i], i < 2 ? 0 : i < 20 ? 2 : 1) << i;
+  EXPECT_EQ(c.mtp_compress_ratios, (std::vector<int>{0, 0, 0}));
+  EXPECT_EQ(c.kv_source_layer_ids, (std::vector<int>{2, 8, 14, 20}));
+  EXPECT_EQ(c.index_source_layer_ids, (std::vector<int>{2, 8, 14, 20, 24, 28, 32, 36}));
+  EXPECT_EQ(c.candidate_source_layer_id, 20);
+  EXPECT_EQ(c.candidate_topk_blocks, 2048);
+  EXPECT_EQ(c.candidate_block_size, 8);
+  EXPECT_EQ(c.engram_layer_ids, (std::vector<int>{1, 14}));
+  EXPECT_EQ(c.engram_num_embeddings, (std::vector<int64_t>{384006168, 384016682}));
+  EXPECT_EQ(c.engram_max_ngram_size, 4);
+  EXPECT_EQ(c.engram_vocab_size, 16000000);
+  EXPECT_EQ(c.engram_n_heads, 8);
+  EXPECT_EQ(c.engram_head_dim, 256);
+  EXPECT_EQ(c.engram_pad_token_id, 2);
+  EXPECT_EQ(c.engram_compressed_vocab_size, 99092);
+  EXPECT_EQ(c.num_nextn_predict_layers, 3);
+  EXPECT_EQ(c.dspark_block_size, 5);
+  EXPECT_EQ(c.dspark_noise_token_id, 128799);
+  EXPECT_EQ(c.dspark_target_layer_ids, (std::vector<int>{37, 38, 39}));
+  EXPECT_EQ(c.dspark_markov_rank, 256);
+  EXPECT_EQ(c.dspark_n_routed_experts, 128);
+  EXPECT_EQ(c.dspark_num_experts_per_tok, 3);
+  EXPECT_EQ(c.image_token_id, 129264);
+  EXPECT_EQ(c.gate_temp, 1.0);  // not in the released config: the reference default
+  EXPECT_EQ(c.weight_block_size, (std::vector<int>{32, 32}));
+  EXPECT_EQ(c.expert_dtype, "fp4");
+  EXPECT_EQ(c.scale_fmt, "ue8m0");
+  EXPECT_TRUE(c.vision.present());
+  EXPECT_EQ(c.vision.num_hidden_layers, 32);
+  EXPECT_EQ(c.vision.hidden_size, 1024);
+  EXPECT_EQ(c.vision.num_attention_heads, 16);
+  EXPECT_EQ(c.vision.intermediate_size, 2816);
+  EXPECT_EQ(c.vision.patch_size, 14);
+  EXPECT_EQ(c.vision.downsample_ratio, 3);
+  EXPECT_EQ(c.vision.min_pixels, 295936);
+  EXPECT_EQ(c.vision.max_wh_ratio, 0.0);
+  EXPECT_EQ(c.rms_norm_eps, 1e-20);
+  EXPECT_EQ(c.routed_scaling_factor, 1.5);
+
+  ModelConfig flat = parse_config(kFlashInference, "inference/config.json");
+  flat.max_position_embeddings = c.max_position_embeddings;  // not in the inference spelling
+  EXPECT_EQ(flat, c) << config_to_json(flat) << "\n" << config_to_json(c);
+}
+
+// Sources absent: transformers' rules (spec section 6).
+TEST(FrontendConfig, V41DerivedSources) {
+  std::string base = kV41Inference;
+  auto without = [](std::string s, const std::string& key) {
+    size_t at = s.find("\"" + key + "\"");
+    EXPECT_NE(at, std::string::npos) << key;
+    size_t colon = s.find(':', at) + 2;
+    size_t end = s[colon] == '[' ? s.find(']', colon) + 1 : s.find_first_of(",}", colon);
+    if (s[end] == ',') ++end;  // the comma goes too
+    return s.erase(at, end - at);
+  };
+  std::string none = without(without(without(base, "kv_source_layers"), "index_source_layers"), "candidate_source_layer");
+  ModelConfig c = parse_config(none, "inference/config.json");
+  // [0, 0, 2, 2, 2, 1, 1, 1]: the first layer of each run of equal nonzero ratios; index = KV sources;
+  // candidate = the last KV source.
+  EXPECT_EQ(c.kv_source_layer_ids, (std::vector<int>{2, 5}));
+  EXPECT_EQ(c.index_source_layer_ids, (std::vector<int>{2, 5}));
+  EXPECT_EQ(c.candidate_source_layer_id, 5);
+  // The released 40-layer schedule keeps the released sources.
+  std::string flash = without(without(without(kFlashInference, "kv_source_layers"), "index_source_layers"),
+                              "candidate_source_layer");
+  ModelConfig f = parse_config(flash, "inference/config.json");
+  EXPECT_EQ(f.kv_source_layer_ids, (std::vector<int>{2, 8, 14, 20}));
+  EXPECT_EQ(f.index_source_layer_ids, (std::vector<int>{2, 8, 14, 20, 24, 28, 32, 36}));
+  EXPECT_EQ(f.candidate_source_layer_id, 20);
+  // A negative candidate source turns the second level off.
+  std::string off = base;
+  replace_text(off, "\"candidate_source_layer\": 5", "\"candidate_source_layer\": -1");
+  EXPECT_EQ(parse_config(off, "x").candidate_source_layer_id, -1);
+}
+
+TEST(FrontendConfigBad, V41Inconsistent) {
+  auto with = [](const std::string& key, const std::string& value) {
+    std::string s = kV41Inference;
+    size_t at = s.find("\"" + key + "\"");
+    EXPECT_NE(at, std::string::npos) << key;
+    size_t colon = s.find(':', at) + 2;
+    size_t end = s[colon] == '[' ? s.find(']', colon) + 1 : s.find_first_of(",}", colon);
+    return s.replace(colon, end - colon, value);
+  };
+  EXPECT_SMELT_ERROR(parse_config(with("kv_source_layers", "[1, 5]"), "config.json"), "config.json",
+                     "kv_source_layer_ids [1, 5]: layer 1 has compress ratio 0");
+  EXPECT_SMELT_ERROR(parse_config(with("kv_source_layers", "[5, 2]"), "config.json"), "'kv_source_layers'",
+                     "strictly increasing");
+  EXPECT_SMELT_ERROR(parse_config(with("kv_source_layers", "[5]"), "config.json"),
+                     "index_source_layer_ids [2, 5, 7]: layer 2 has no KV source at or before it");
+  EXPECT_SMELT_ERROR(parse_config(with("kv_source_layers", "[2, 9]"), "config.json"), "'kv_source_layers[1]'",
+                     "out of range");
+  EXPECT_SMELT_ERROR(parse_config(with("index_source_layers", "[1, 5]"), "config.json"),
+                     "index_source_layer_ids [1, 5]: layer 1 has compress ratio 0");
+  EXPECT_SMELT_ERROR(parse_config(with("candidate_source_layer", "6"), "config.json"),
+                     "candidate_source_layer_id 6 is not one of index_source_layer_ids [2, 5, 7]");
+  EXPECT_SMELT_ERROR(parse_config(with("engram_num_embeddings", "[434]"), "config.json"),
+                     "'engram_num_embeddings' has 1 entries but engram_layer_ids has 2");
+  std::string no_dim = kV41Inference;
+  replace_text(no_dim, "\"engram_head_dim\": 32, ", "");
+  EXPECT_SMELT_ERROR(parse_config(no_dim, "config.json"), "missing required key 'engram_head_dim'");
+  EXPECT_SMELT_ERROR(parse_config(with("compress_ratios", "[0, 0, 2, 2, 2, 1, 1, 1, 0, 1, 0]"), "config.json"),
+                     "'compress_ratios[9]' = 1", "DSpark stages");
+  EXPECT_SMELT_ERROR(parse_config(with("compress_ratios", "[0, 0, 2, 2, 2, 1, 1, 1, 0, 0, 0, 0]"), "config.json"),
+                     "'compress_ratios' has 12 entries but num_hidden_layers + num_nextn_predict_layers is 11");
+  EXPECT_SMELT_ERROR(parse_config(with("dspark_noise_token_id", "512"), "config.json"),
+                     "dspark_noise_token_id 512 is not below vocab_size 512");
+  std::string no_targets = kV41Inference;
+  replace_text(no_targets, "\"dspark_target_layer_ids\": [5, 6, 7], ", "");
+  EXPECT_SMELT_ERROR(parse_config(no_targets, "config.json"), "missing required key 'dspark_target_layer_ids'");
+  EXPECT_SMELT_ERROR(parse_config(with("dspark_n_activated_experts", "5"), "config.json"),
+                     "dspark_num_experts_per_tok (5) exceeds dspark_n_routed_experts (4)");
+  // Nested: the key is named with its path.
+  std::string nested = kV41Nested;
+  replace_text(nested, "\"kv_source_layer_ids\": [2, 5]", "\"kv_source_layer_ids\": \"2\"");
+  EXPECT_SMELT_ERROR(parse_config(nested, "config.json"), "'text_config.kv_source_layer_ids' must be a JSON array");
 }
 
 TEST(FrontendConfig, TransformersDefaults) {
@@ -210,6 +392,8 @@ TEST(FrontendConfig, RoundTripThroughJson) {
   std::vector<ModelConfig> configs = {
       load_config(kFixtures + "/transformers_tiny/config_saved.json"), parse_config(kV4FlashRelease, "a"),
       parse_config(kV41Nested, "b"), parse_config(kTinyInference, "c")};
+  configs.push_back(load_config(std::string(SMELT_FRONTEND_DATA) + "/deepseek-v4.1-flash/config.json"));
+  configs.push_back(parse_config(kV41Inference, "d"));
   configs[0].tie_word_embeddings = true;
   configs[0].bos_token_id = 5;
   configs[0].rope_theta = 12345.678901234567;  // not a short decimal: doubles must survive exactly

@@ -271,10 +271,152 @@ TEST(FrontendModel, LayoutDetection) {
   EXPECT_SMELT_ERROR(load_model(b.path), b.path, "mixes");
 }
 
-TEST(FrontendModel, V41NotYet) {
-  std::string dir = std::string(SMELT_SHARED_DIR) + "/goldens/v41/tiny_backbone";
-  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << "no " << dir;
-  EXPECT_SMELT_ERROR(load_model(dir), "config.json", "deepseek_v41", "not supported yet");
+// ---- V4.1 ----
+
+const std::string kGoldens = std::string(SMELT_SHARED_DIR) + "/goldens/v41";
+
+std::map<std::string, int> dtype_counts(const ModelDescription& m) {
+  std::map<std::string, int> counts;
+  for (const auto& [name, t] : m.tensors) counts[std::string(dtype_name(t.dtype))]++;
+  return counts;
+}
+
+// Both goldens load with nothing missing and nothing left over; counts from their READMEs.
+TEST(FrontendModelV41, LoadsTheGoldens) {
+  struct Case {
+    const char* name;
+    size_t tensors;
+    uint64_t bytes;
+    std::map<std::string, int> dtypes;
+  };
+  for (const Case& k : {Case{"tiny_full", 815, 12178088, {{"BF16", 79}, {"F32", 88}, {"F8_E4M3", 96}, {"F8_E8M0", 324}, {"I8", 228}}},
+                        Case{"tiny_backbone", 637, 8970784, {{"BF16", 55}, {"F32", 64}, {"F8_E4M3", 67}, {"F8_E8M0", 259}, {"I8", 192}}}}) {
+    SCOPED_TRACE(k.name);
+    const std::string dir = kGoldens + "/" + k.name;
+    if (!std::filesystem::exists(dir + "/model.safetensors")) GTEST_SKIP() << "no " << dir;
+    ModelDescription m = load_model(dir);
+    EXPECT_EQ(m.config.family, ModelFamily::DeepseekV41);
+    EXPECT_EQ(m.layout, TensorLayout::Official);
+    EXPECT_EQ(m.tensors.size(), k.tensors);  // every stored tensor is a canonical tensor or its scale
+    EXPECT_EQ(m.checkpoint.tensors().size(), k.tensors);
+    EXPECT_EQ(m.checkpoint.payload_bytes(), k.bytes);
+    EXPECT_EQ(dtype_counts(m), k.dtypes);
+    // Roles from the README's layer table.
+    EXPECT_TRUE(m.has("layers.2.attn.compressor.wgate.weight"));
+    EXPECT_FALSE(m.has("layers.5.attn.compressor.wgate.weight"));  // ratio-1 KV source: no gate
+    EXPECT_TRUE(m.has("layers.5.attn.indexer.wk.weight"));
+    EXPECT_TRUE(m.has("layers.7.attn.indexer.wq_b.scale"));       // re-index layer: query side only
+    EXPECT_FALSE(m.has("layers.7.attn.indexer.wk.weight"));
+    EXPECT_FALSE(m.has("layers.3.attn.indexer.wq_b.weight"));
+    EXPECT_EQ(m.tensor("layers.0.attn.wq_b.scale").shape, (std::vector<int64_t>{32, 4}));
+    EXPECT_EQ(m.tensor("layers.0.ffn.experts.7.w2.weight").shape, (std::vector<int64_t>{256, 64}));
+    EXPECT_EQ(m.tensor("layers.0.ffn.experts.7.w2.scale").shape, (std::vector<int64_t>{256, 4}));
+    if (k.tensors == 815) {
+      EXPECT_EQ(m.tensor("layers.2.engram.embed.weight").shape, (std::vector<int64_t>{606, 32}));
+      EXPECT_EQ(m.tensor("layers.2.engram.embed.scale").shape, (std::vector<int64_t>{606, 1}));
+      EXPECT_EQ(m.tensor("layers.1.engram.wkv.weight").shape, (std::vector<int64_t>{1280, 192}));
+      EXPECT_EQ(m.tensor("mtp.0.main_proj.weight").shape, (std::vector<int64_t>{256, 768}));
+      EXPECT_EQ(m.tensor("mtp.2.confidence_head.proj.weight").shape, (std::vector<int64_t>{1, 288}));
+      EXPECT_EQ(m.tensor("mtp.1.ffn.gate.weight").shape, (std::vector<int64_t>{4, 256}));
+      EXPECT_FALSE(m.has("mtp.1.main_proj.weight"));
+    }
+  }
+}
+
+// A copy of a golden with one tensor changed (same bytes, other shape / name), or one left out.
+void copy_golden(const std::string& golden, const TempDir& out, const std::string& changed,
+                 std::vector<int64_t> new_shape, const std::string& config_text = "") {
+  Checkpoint ck = Checkpoint::open(golden + "/model.safetensors");
+  std::vector<WriteTensor> ts;
+  for (const auto& [name, t] : ck.tensors()) {
+    if (name == changed && new_shape.empty()) continue;
+    ts.push_back({name, t.dtype, name == changed ? new_shape : t.shape, ck.bytes(t)});
+  }
+  write_safetensors(out / "model.safetensors", ts);
+  test::write_file(out / "config.json", config_text.empty() ? test::read_file(golden + "/config.json") : config_text);
+}
+
+TEST(FrontendModelV41, ScaleShapeMismatchIsOneClearLine) {
+  const std::string g = kGoldens + "/tiny_full";
+  if (!std::filesystem::exists(g + "/model.safetensors")) GTEST_SKIP() << "no " << g;
+  TempDir a, b, c;
+  copy_golden(g, a, "layers.3.attn.wq_b.scale", {4, 32});  // FP8 32x32 blocks: [1024/32, 128/32] = [32, 4]
+  EXPECT_SMELT_ERROR(load_model(a.path), "model.safetensors: scale 'layers.3.attn.wq_b.scale' has shape [4, 32]",
+                     "weight 'layers.3.attn.wq_b.weight' [1024, 128]", "32x32 blocks", "needs [32, 4]");
+  copy_golden(g, b, "layers.4.ffn.experts.5.w1.scale", {64, 16});  // FP4: one scale per 32 inputs of a row
+  EXPECT_SMELT_ERROR(load_model(b.path), "scale 'layers.4.ffn.experts.5.w1.scale' has shape [64, 16]",
+                     "[128, 128]", "needs [128, 8]");
+  copy_golden(g, c, "layers.1.engram.embed.scale", {217, 2});  // Engram table: one scale per row
+  EXPECT_SMELT_ERROR(load_model(c.path), "scale 'layers.1.engram.embed.scale'", "needs [434, 1]");
+}
+
+TEST(FrontendModelV41, MissingAndUnexpected) {
+  const std::string full = kGoldens + "/tiny_full", backbone = kGoldens + "/tiny_backbone";
+  if (!std::filesystem::exists(full + "/model.safetensors")) GTEST_SKIP() << "no " << full;
+  TempDir a, b, c, d;
+  copy_golden(full, a, "mtp.2.markov_head.head.weight", {});
+  EXPECT_SMELT_ERROR(load_model(a.path), a.path + ": missing tensor 'mtp.2.markov_head.head.weight'");
+  copy_golden(full, b, "layers.7.attn.indexer.weights_proj.weight", {});
+  EXPECT_SMELT_ERROR(load_model(b.path), "missing tensor 'layers.7.attn.indexer.weights_proj.weight'");
+  // The full checkpoint under the backbone's config: DSpark stages are tensors the config does not use.
+  copy_golden(full, c, "", {}, test::read_file(full + "/config.json"));
+  std::string cfg = test::read_file(full + "/config.json");
+  replace_once(cfg, "\"num_nextn_predict_layers\": 3", "\"num_nextn_predict_layers\": 0");
+  replace_once(cfg, ",\n      0,\n      0,\n      0\n    ],\n    \"kv_source", "\n    ],\n    \"kv_source");
+  test::write_file(c / "config.json", cfg);
+  EXPECT_SMELT_ERROR(load_model(c.path), "model.safetensors: unexpected tensor 'mtp.0.", "num_nextn_predict_layers");
+  // Layer 7 as a KV source too: its compressor is missing.
+  copy_golden(backbone, d, "", {});
+  cfg = test::read_file(backbone + "/config.json");
+  replace_once(cfg, "\"kv_source_layer_ids\": [\n      2,\n      5\n    ]", "\"kv_source_layer_ids\": [2, 5, 7]");
+  test::write_file(d / "config.json", cfg);
+  EXPECT_SMELT_ERROR(load_model(d.path), "missing tensor 'layers.7.attn.compressor.wkv.weight'");
+}
+
+// Shapes of the real V4.1-Flash from the spec's table (section 3.3), for the rows the goldens cannot show.
+TEST(FrontendModelV41, ExpectedShapesOfV41Flash) {
+  ModelConfig c = load_config(std::string(SMELT_FRONTEND_DATA) + "/deepseek-v4.1-flash/config.json");
+  std::map<std::string, ExpectedTensor> all;
+  for (const auto& e : expected_tensors(c)) all[e.name] = e;
+  using S = std::vector<int64_t>;
+  auto shape = [&](const std::string& n) { return all.count(n) ? all.at(n).shape : S{-1}; };
+  EXPECT_EQ(shape("layers.0.attn.wq_a.weight"), (S{1280, 5120}));
+  EXPECT_EQ(shape("layers.0.attn.wq_b.weight"), (S{32768, 1280}));
+  EXPECT_EQ(shape("layers.0.attn.wo_a.weight"), (S{8192, 4096}));
+  EXPECT_EQ(shape("layers.0.attn.wo_b.weight"), (S{5120, 8192}));
+  EXPECT_EQ(shape("layers.20.attn.compressor.wkv.weight"), (S{512, 5120}));
+  EXPECT_FALSE(all.count("layers.20.attn.compressor.wgate.weight"));
+  EXPECT_EQ(shape("layers.14.attn.compressor.wgate.weight"), (S{512, 5120}));
+  EXPECT_EQ(shape("layers.8.attn.indexer.wk.weight"), (S{128, 512}));
+  EXPECT_EQ(shape("layers.36.attn.indexer.wq_b.weight"), (S{4096, 1280}));
+  EXPECT_EQ(shape("layers.36.attn.indexer.weights_proj.weight"), (S{32, 5120}));
+  EXPECT_FALSE(all.count("layers.37.attn.indexer.wq_b.weight"));
+  EXPECT_FALSE(all.count("layers.24.attn.indexer.wk.weight"));
+  EXPECT_EQ(shape("layers.1.engram.embed.weight"), (S{384006168, 256}));
+  EXPECT_EQ(shape("layers.14.engram.embed.weight"), (S{384016682, 256}));
+  EXPECT_EQ(shape("layers.14.engram.wkv.weight"), (S{25600, 6144}));
+  EXPECT_EQ(shape("layers.1.engram.q_weight"), (S{4, 5120}));
+  EXPECT_EQ(shape("layers.39.ffn.experts.383.w2.weight"), (S{5120, 2304}));
+  EXPECT_EQ(shape("layers.39.ffn.gate.bias_vl"), (S{384}));
+  EXPECT_EQ(shape("mtp.2.ffn.gate.bias_vl"), (S{128}));
+  EXPECT_EQ(shape("mtp.1.ffn.experts.127.w1.weight"), (S{2304, 5120}));
+  EXPECT_FALSE(all.count("mtp.1.ffn.experts.128.w1.weight"));
+  EXPECT_EQ(shape("mtp.0.main_proj.weight"), (S{5120, 15360}));
+  EXPECT_EQ(shape("mtp.2.markov_head.embed.weight"), (S{129280, 256}));
+  EXPECT_EQ(shape("mtp.2.confidence_head.proj.weight"), (S{1, 5376}));
+  EXPECT_EQ(shape("vision.patch_embed.proj.weight"), (S{1024, 588}));
+  EXPECT_EQ(shape("vision.blocks.31.mlp.w1.weight"), (S{5632, 1024}));
+  EXPECT_EQ(shape("aligner.w1.weight"), (S{5120, 9216}));
+  EXPECT_EQ(shape("image_newline"), (S{5120}));
+  EXPECT_FALSE(all.count("hc_head_fn"));
+  EXPECT_EQ(all.at("layers.3.ffn.experts.0.w1.weight").storage, Storage::Fp4Row);
+  EXPECT_EQ(all.at("layers.3.attn.wo_a.weight").storage, Storage::Fp8Block);
+  EXPECT_EQ(all.at("layers.1.engram.embed.weight").storage, Storage::Fp8Row);
+  EXPECT_EQ(all.at("layers.3.attn.attn_sink").storage, Storage::F32);
+  EXPECT_EQ(all.at("layers.2.attn.compressor.wkv.weight").storage, Storage::BF16);
+  EXPECT_EQ(scale_shape(c, Storage::Fp8Block, {32768, 1280}), (S{1024, 40}));
+  EXPECT_EQ(scale_shape(c, Storage::Fp4Row, {5120, 2304}), (S{5120, 72}));
+  EXPECT_EQ(scale_shape(c, Storage::Fp8Row, {384006168, 256}), (S{384006168, 8}));
 }
 
 // Shapes of the real V4-Flash, hand-computed from its config (spec sections 1.3, 3.3 and 7).

@@ -152,6 +152,18 @@ TEST(FrontendSafetensors, DirectoryWithoutIndexTakesAllFilesSorted) {
   EXPECT_EQ(ck.find("x")->file, 1u);
 }
 
+// Without an index, model.safetensors is the checkpoint; other files beside it (logits, goldens) are not.
+TEST(FrontendSafetensors, ModelSafetensorsWinsOverOtherFiles) {
+  TempDir dir;
+  std::mt19937_64 rng(4);
+  test::write_tensors(dir / "model.safetensors", {test::random_tensor("w", DType::F32, {2}, rng)});
+  test::write_tensors(dir / "logits.safetensors", {test::random_tensor("logits", DType::F32, {2}, rng)});
+  Checkpoint ck = Checkpoint::open(dir.path);
+  ASSERT_EQ(ck.files().size(), 1u);
+  EXPECT_NE(ck.find("w"), nullptr);
+  EXPECT_EQ(ck.find("logits"), nullptr);
+}
+
 // A 5 GiB sparse file with a tensor placed past 4 GiB: offsets and sizes must be 64-bit all the way.
 TEST(FrontendSafetensors, FileLargerThan4GiB) {
   TempDir dir;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "compiler/driver.h"
+#include "frontends/dry_run.h"
 #include "frontends/error.h"
 
 namespace {
@@ -13,7 +14,8 @@ namespace {
 const char* kUsage =
     "usage: smelt-compile MODEL_DIR --target cpu|h200|FILE.json [--tp N] [--pp M] -o PLAN.smelt\n"
     "                     [--dump-ir-after-all DIR] [--compile-to import|verify|select-kernels|plan-memory]\n"
-    "                     [--compile-from FILE.mlir] [--max-rows N] [--max-seq-len N] [--pipeline STR]\n";
+    "                     [--compile-from FILE.mlir] [--max-rows N] [--max-seq-len N] [--pipeline STR]\n"
+    "       smelt-compile MODEL_DIR --dry-run [--json]   (headers only: tensor count, bytes, memory by component)\n";
 
 int64_t parse_int(const std::string& flag, const std::string& v) {
   char* end = nullptr;
@@ -28,12 +30,20 @@ int main(int argc, char** argv) {
   try {
     smelt::CompileOptions o;
     o.target.clear();
-    bool target_given = false;
+    bool target_given = false, dry_run = false, json = false;
     for (int i = 1; i < argc; ++i) {
       std::string a = argv[i];
       if (a == "-h" || a == "--help") {
         std::fputs(kUsage, stdout);
         return 0;
+      }
+      if (a == "--dry-run") {
+        dry_run = true;
+        continue;
+      }
+      if (a == "--json") {
+        json = true;
+        continue;
       }
       std::string value;
       if (a.rfind("--", 0) == 0 && a.find('=') != std::string::npos) {  // --flag=value
@@ -58,6 +68,10 @@ int main(int argc, char** argv) {
       else throw smelt::Error("unexpected argument " + a + " (MODEL_DIR is " + o.model_dir + ")");
     }
     if (o.model_dir.empty()) throw smelt::Error(std::string("no MODEL_DIR given\n") + kUsage);
+    if (dry_run) {
+      std::fputs(smelt::format_dry_run(smelt::dry_run(o.model_dir), json).c_str(), stdout);
+      return 0;
+    }
     if (!target_given) throw smelt::Error("no --target given (cpu, h200 or a rig FILE.json)");
     o.progress = [](const std::string& s) { std::fprintf(stderr, "smelt-compile: %s\n", s.c_str()); };
     smelt::compile(o);

@@ -19,6 +19,15 @@ inline float dot(const float* a, const float* b, int n) {
   return acc[0];
 }
 
+// sum_k a[k] * b[k] with exact products accumulated in double and rounded once to float: the closest
+// float to the sum. V4.1 uses it where the reference runs a float32 GEMM of unknown blocking (F.linear on
+// CPU), which lands within a few ulp of this value.
+inline float dot_exact(const float* a, const float* b, int n) {
+  double s = 0.0;
+  for (int k = 0; k < n; ++k) s += double(a[k]) * double(b[k]);
+  return float(s);
+}
+
 // mean(x^2) accumulated in double and rounded once to float: the closest float to the exact statistic,
 // which is what torch's float32 cascade sum approaches too.
 inline float mean_square(const float* x, int n) {

@@ -24,9 +24,24 @@ struct SparseAttentionArgs {
   const float* pool = nullptr;      // [>= visible entries, head_dim]
   const int32_t* idx = nullptr;     // [T, k] selected entries (-1 = none), or nullptr = all visible
   int k = 0;
+  // V4.1 numerics (official `sparse_attn`): the attended entries form one index list per query, window
+  // first then compressed; the softmax runs online over blocks of 64 list slots (slots holding nothing
+  // still take their place in a block); per block the running max is updated, p = exp(s - running max)
+  // is summed in fp32 into the denominator and rounded to bf16 before P.V; the sink logit (unscaled)
+  // enters the denominator at the end; the output is rounded to bf16.
+  // Window part of the list, for the query at position t:
+  //   p0 == 0 (prefill layout): min(T, window) slots, slot i = position max(0, t-window+1) + i, empty if > t;
+  //   p0 >  0 (decode layout):  window slots, slot i = position t-window+1+i, empty if < 0.
+  // (The reference only runs prefills at position 0 and one-token decodes; both layouts agree once
+  // t >= window-1. A chunked prefill therefore reproduces the one-shot prefill exactly when its first chunk
+  // has at least `window` rows or the window part fits one block with the compressed part.)
+  // Compressed part: the idx row in its column order (the indexer emits it ascending, -1 padded), or every
+  // visible entry ascending when idx is nullptr.
+  bool numerics_v41 = false;
 };
 
 // out [T, heads*head_dim]: o_h = sum_j softmax_j([s_j..., sink_h]) kv_j, s_j = q_h . kv_j * scale.
+// With numerics_v41 see above (q and kv should hold bf16 values, as in the reference).
 void sparse_attention(const SparseAttentionArgs& a, float* out);
 
 // ring[pos % R] = chunk_kv[pos - p0] for the chunk's last min(T, R) positions; R = ring_rows, or window if 0.

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/bf16.h"
 #include "kernels/common.h"
 #include "kernels/linear/reference.h"
 
@@ -17,6 +18,8 @@ void moe_route(const MoeRouteArgs& a, float* weights, int32_t* idx) {
   for (int r = 0; r < a.rows; ++r) {
     const float* x = a.x + int64_t(r) * a.dim;
     for (int e = 0; e < E; ++e) s[e] = detail::dot(x, a.gate + int64_t(e) * a.dim, a.dim);
+    if (a.gate_temp != 1.f)
+      for (int e = 0; e < E; ++e) s[e] = s[e] / a.gate_temp;
     switch (a.scoring) {
       case Scoring::SqrtSoftplus:
         for (int e = 0; e < E; ++e) s[e] = std::sqrt(detail::softplus(s[e]));
@@ -97,6 +100,67 @@ void moe_experts(const float* x, int rows, int dim, int inter, const float* cons
       const float* o = yb.data() + int64_t(i) * dim;
       const float w = weights[hits[i]];
       for (int d = 0; d < dim; ++d) yr[d] += o[d] * w;
+    }
+  }
+}
+
+namespace {
+
+// The reference's Expert.forward on `rows` gathered rows: y [rows, dim] (bf16 values). weights: one routing
+// weight per row, or nullptr (shared expert).
+void expert_v41(const float* x, int rows, int dim, int inter, const QuantWeight& w1, const QuantWeight& w2,
+                const QuantWeight& w3, float limit, const float* weights, float* y) {
+  std::vector<float> g(size_t(rows) * inter), u(size_t(rows) * inter);
+  linear_quant(x, rows, dim, inter, w1, true, g.data(), /*bf16_out=*/true);
+  linear_quant(x, rows, dim, inter, w3, true, u.data(), /*bf16_out=*/true);
+  for (int r = 0; r < rows; ++r)
+    for (int f = 0; f < inter; ++f) {
+      float gv = g[size_t(r) * inter + f], uv = u[size_t(r) * inter + f];
+      if (limit > 0.0f) {
+        uv = std::clamp(uv, -limit, limit);  // up: both sides
+        gv = std::min(gv, limit);            // gate: from above only
+      }
+      float act = detail::silu(gv) * uv;
+      if (weights) act = weights[r] * act;  // the routing weight before w2, in fp32
+      g[size_t(r) * inter + f] = round_bf16(act);
+    }
+  linear_quant(g.data(), rows, inter, dim, w2, true, y, /*bf16_out=*/true);
+}
+
+}  // namespace
+
+void swiglu_mlp_v41(const float* x, int rows, int dim, int inter, const QuantWeight& w1, const QuantWeight& w2,
+                    const QuantWeight& w3, float limit, float* y) {
+  expert_v41(x, rows, dim, inter, w1, w2, w3, limit, nullptr, y);
+}
+
+void moe_experts_v41(const float* x, int rows, int dim, int inter, const QuantWeight* w1, const QuantWeight* w2,
+                     const QuantWeight* w3, int n_experts, const float* weights, const int32_t* idx, int topk,
+                     float limit, float* y) {
+  std::fill(y, y + int64_t(rows) * dim, 0.0f);
+  std::vector<int> tok;
+  std::vector<float> xs, ws, ys;
+  // Expert by expert in ascending order, as MoE.forward: each token's sum gains its experts in that order.
+  for (int e = 0; e < n_experts; ++e) {
+    tok.clear();
+    ws.clear();
+    for (int r = 0; r < rows; ++r)
+      for (int t = 0; t < topk; ++t)
+        if (idx[int64_t(r) * topk + t] == e) {
+          tok.push_back(r);
+          ws.push_back(weights[int64_t(r) * topk + t]);
+          break;
+        }
+    if (tok.empty()) continue;
+    const int m = int(tok.size());
+    xs.resize(size_t(m) * dim);
+    ys.resize(size_t(m) * dim);
+    for (int i = 0; i < m; ++i) std::memcpy(xs.data() + int64_t(i) * dim, x + int64_t(tok[i]) * dim, sizeof(float) * dim);
+    expert_v41(xs.data(), m, dim, inter, w1[e], w2[e], w3[e], limit, ws.data(), ys.data());
+    for (int i = 0; i < m; ++i) {
+      float* yr = y + int64_t(tok[i]) * dim;
+      const float* ye = ys.data() + int64_t(i) * dim;
+      for (int d = 0; d < dim; ++d) yr[d] += ye[d];
     }
   }
 }

@@ -3,6 +3,8 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/linear/reference.h"
+
 namespace smelt::kernels {
 
 enum class Scoring { SqrtSoftplus, Softmax, Sigmoid };
@@ -15,6 +17,7 @@ struct MoeRouteArgs {
   Scoring scoring = Scoring::SqrtSoftplus;
   bool norm_topk_prob = true;
   float route_scale = 1.f;
+  float gate_temp = 1.f;           // V4.1: logits divided by it before scoring (1 = V4, no division)
   const float* x = nullptr;        // [rows, dim]
   const float* gate = nullptr;     // [n_experts, dim]
   const float* bias = nullptr;     // [n_experts] selection-only correction bias, or nullptr
@@ -33,5 +36,23 @@ void swiglu_mlp(const float* x, int rows, int dim, int inter, const float* w1, c
 void moe_experts(const float* x, int rows, int dim, int inter, const float* const* w1, const float* const* w2,
                  const float* const* w3, int n_experts, const float* weights, const int32_t* idx, int topk,
                  float limit, float* y);
+
+// ---- V4.1 (official inference code `Expert` / `MoE.forward`) ------------------------------------------
+// One expert on quantized weights (w1/w3 [inter, dim], w2 [dim, inter]; routed experts FP4, the shared
+// expert FP8 with 32x32 blocks), every linear with FP8 activation quantization:
+//   g = bf16(x w1^T), u = bf16(x w3^T) (the GEMMs' bf16 outputs, then fp32);
+//   limit > 0: u = clamp(u, -limit, limit), g = min(g, limit);
+//   a = silu(g) * u in fp32; routed: a = routing_weight * a (fp32); a = bf16(a); y = bf16(a w2^T).
+
+// Shared expert: y [rows, dim] (bf16 values).
+void swiglu_mlp_v41(const float* x, int rows, int dim, int inter, const QuantWeight& w1, const QuantWeight& w2,
+                    const QuantWeight& w3, float limit, float* y);
+
+// Routed experts: y[r] = fp32 sum of expert outputs (each bf16, weighted before w2 as above) in ascending
+// expert order, starting from 0. Not rounded: the reference adds the shared expert's bf16 output in fp32
+// and rounds the total to bf16 (the caller's `add` with round). w1/w2/w3 are per-expert arrays.
+void moe_experts_v41(const float* x, int rows, int dim, int inter, const QuantWeight* w1, const QuantWeight* w2,
+                     const QuantWeight* w3, int n_experts, const float* weights, const int32_t* idx, int topk,
+                     float limit, float* y);
 
 }  // namespace smelt::kernels

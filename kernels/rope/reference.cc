@@ -38,6 +38,27 @@ std::vector<float> rope_inv_freq(const RopeParams& p) {
   return inv;
 }
 
+std::vector<float> rope_inv_freq_v41(const RopeParams& p) {
+  const int dim = p.rope_dim, half = dim / 2;
+  const float base = float(p.theta);
+  std::vector<float> freqs(half);
+  for (int i = 0; i < half; ++i) freqs[i] = 1.0f / std::pow(base, float(2 * i) / float(dim));
+  if (p.yarn_factor == 0.0) return freqs;
+  // The correction range in double (Python floats), the blend in float32 tensors.
+  auto corrected_dim = [&](double rotations) {
+    return dim * std::log(p.yarn_original_max_pos / (rotations * 2 * std::numbers::pi)) / (2 * std::log(p.theta));
+  };
+  const double low = std::max(std::floor(corrected_dim(p.yarn_beta_fast)), 0.0);
+  const double high = std::min(std::ceil(corrected_dim(p.yarn_beta_slow)), double(dim - 1));
+  const float flow = float(low), width = float(std::max(high - low, 1e-3)), factor = float(p.yarn_factor);
+  for (int i = 0; i < half; ++i) {
+    const float ramp = std::clamp((float(i) - flow) / width, 0.0f, 1.0f);
+    const float smooth = 1.0f - ramp;
+    freqs[i] = freqs[i] / factor * (1.0f - smooth) + freqs[i] * smooth;
+  }
+  return freqs;
+}
+
 void rope(float* x, int rows, int heads, int head_dim, int rope_dim, const float* inv_freq,
           const int64_t* positions, bool inverse) {
   const int half = rope_dim / 2;

@@ -1,0 +1,36 @@
+// The V4.1 Engram block (official inference code `Engram.forward`): hashed n-gram rows of an FP8 table are
+// projected into one key per hyper-connection copy plus a shared value, and each copy of the residual
+// stream takes `gate * value`, the gate a signed-sqrt sigmoid of a normalised stream . key product.
+#pragma once
+#include <cstdint>
+
+namespace smelt::kernels::engram {
+
+struct EngramArgs {
+  int rows = 0;      // T positions
+  int hc_mult = 0;   // n
+  int dim = 0;       // D
+  int head_dim = 0;  // hd, table row width (a multiple of 32)
+  int cols = 0;      // hash columns per position ((max_ngram-1) * heads)
+  float eps = 1e-20f;
+  const uint8_t* table = nullptr;        // [table_rows, hd] E4M3
+  const uint8_t* table_scale = nullptr;  // [table_rows, hd/32] E8M0
+  int64_t table_rows = 0;
+  const uint8_t* wkv = nullptr;          // [(n+1)*D, cols*hd] E4M3
+  const uint8_t* wkv_scale = nullptr;    // E8M0 32x32 blocks [ceil((n+1)*D/32), cols*hd/32]
+  const float* q_weight = nullptr;       // [n, D]
+  const float* k_weight = nullptr;       // [n, D]
+  const int32_t* hashes = nullptr;       // row r's `cols` table rows at hashes[r * hash_stride ...]
+  int hash_stride = 0;                   // 0 means cols
+};
+
+// X, out [T, n*D] (bf16 values; out may alias X). Per position:
+//   e = bf16(table[h] * scale) for the cols hashed rows, flattened [cols*hd];
+//   kv = bf16(FP8 linear of e with activation quantization) [(n+1)*D]; key = kv[0 : n*D] as [n, D], value = kv[n*D :];
+//   per copy c, in fp32: w = q_weight[c] * k_weight[c];
+//   dot = sum_D((h*w)*key) * rsqrt(mean h^2 + eps) * rsqrt(mean key^2 + eps) * D^-0.5 (h = X[c]);
+//   gate = sigmoid(copysign(sqrt(max(|dot|, 1e-6)), dot)); out[c] = bf16(h + gate * value).
+// A hash id outside [0, table_rows) throws smelt::Error.
+void engram_forward(const EngramArgs& a, const float* X, float* out);
+
+}  // namespace smelt::kernels::engram

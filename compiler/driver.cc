@@ -162,6 +162,7 @@ void compile(const CompileOptions& o) {
   } else {
     ImportOptions io;
     io.max_seq_len = o.max_seq_len;
+    io.capture_intermediates = o.capture_intermediates;
     io.progress = progress;
     module = import_model(ctx, model, io);
   }

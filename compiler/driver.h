@@ -19,6 +19,7 @@ struct CompileOptions {
   int64_t max_rows = 64;
   int64_t max_seq_len = 0;   // 0: default_max_seq_len(config)
   std::string pipeline;      // "" = default_pipeline()
+  bool capture_intermediates = false;  // V4.1: capture every block's stream / pre (smelt-run logits --captures)
   std::function<void(const std::string&)> progress;  // progress lines (stderr in the tool)
 };
 

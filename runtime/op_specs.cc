@@ -4,7 +4,7 @@ namespace smelt::runtime {
 
 namespace {
 
-constexpr AttrKind I = AttrKind::Int, F = AttrKind::Float, S = AttrKind::String;
+constexpr AttrKind I = AttrKind::Int, F = AttrKind::Float, S = AttrKind::String, N = AttrKind::Ints;
 
 // YaRN and RoPE attributes shared by rope and compressor (defaults: transformers' rope_parameters).
 std::vector<AttrSpec> with_rope(std::vector<AttrSpec> attrs) {
@@ -23,8 +23,9 @@ std::vector<OpSpec> build() {
   s.push_back({OpKind::HcInit, "smelt.hc_init", {{"x"}}, {{"X"}}, {}, {}, {{"hc_mult", I, true}}});
   s.push_back({OpKind::HcMix, "smelt.hc_mix", {{"X"}}, {{"pre"}, {"post"}, {"comb"}},
                {{"fn"}, {"base"}, {"scale"}}, {},
-               {{"hc_mult", I, true}, {"sinkhorn_iters", I, true}, {"hc_eps", F, true}, {"norm_eps", F, true}}});
-  s.push_back({OpKind::HcCollapse, "smelt.hc_collapse", {{"X"}, {"pre"}}, {{"u"}}, {}, {},
+               {{"hc_mult", I, true}, {"sinkhorn_iters", I, true}, {"hc_eps", F, true}, {"norm_eps", F, true},
+                {"variant", S, false}}});
+  s.push_back({OpKind::HcCollapse, "smelt.hc_collapse", {{"X"}, {"pre", 'f', true}}, {{"u"}}, {}, {},
                {{"hc_mult", I, true}}});
   s.push_back({OpKind::HcExpand, "smelt.hc_expand", {{"X"}, {"y"}, {"post"}, {"comb"}}, {{"X'"}}, {}, {},
                {{"hc_mult", I, true}}});
@@ -32,11 +33,13 @@ std::vector<OpSpec> build() {
                {{"hc_mult", I, true}, {"hc_eps", F, true}, {"norm_eps", F, true}}});
   s.push_back({OpKind::RmsNorm, "smelt.rms_norm", {{"x"}}, {{"y"}}, {{"weight", 'f', true}}, {},
                {{"eps", F, true}, {"groups", I, false, 1.0}}, false, true});
-  s.push_back({OpKind::Linear, "smelt.linear", {{"x"}}, {{"y"}}, {{"weight"}}, {}, {}});
-  s.push_back({OpKind::GroupedLinear, "smelt.grouped_linear", {{"x"}}, {{"y"}}, {{"weight"}}, {},
-               {{"groups", I, true}}});
+  s.push_back({OpKind::Linear, "smelt.linear", {{"x"}}, {{"y"}}, {{"weight", 'q'}}, {},
+               {{"act_quant", S, false}, {"scale_after", F, false, 1.0}}, false, false, true});
+  s.push_back({OpKind::GroupedLinear, "smelt.grouped_linear", {{"x"}}, {{"y"}}, {{"weight", 'q'}}, {},
+               {{"groups", I, true}}, false, false, true});
   s.push_back({OpKind::Rope, "smelt.rope", {{"x"}}, {{"y"}}, {}, {},
-               with_rope({{"heads", I, true}, {"head_dim", I, true}, {"inverse", I, false, 0.0}}), false, true});
+               with_rope({{"heads", I, true}, {"head_dim", I, true}, {"inverse", I, false, 0.0}, {"variant", S, false}}),
+               false, true});
   s.push_back({OpKind::WindowKvUpdate, "smelt.window_kv_update", {{"kv"}}, {}, {},
                {{"window_ring", 'f', false, "window_ring"}}, {{"window", I, true}}});
   s.push_back({OpKind::Compressor, "smelt.compressor", {{"x"}}, {}, {{"wkv"}, {"wgate"}, {"ape"}, {"norm"}},
@@ -49,17 +52,47 @@ std::vector<OpSpec> build() {
                {{"sink"}},
                {{"window_ring", 'f', false, "window_ring"}, {"pool", 'f', true, "compressed_pool"}},
                {{"heads", I, true}, {"head_dim", I, true}, {"window", I, true}, {"ratio", I, false, 0.0},
-                {"scale", F, true}}});
+                {"scale", F, true}, {"numerics", S, false}}});
   s.push_back({OpKind::MoeRoute, "smelt.moe_route", {{"x"}, {"ids", 'i', true}}, {{"weights"}, {"idx", 'i'}},
                {{"gate"}, {"bias", 'f', true}, {"tid2eid", 'i', true}}, {},
                {{"topk", I, true}, {"scoring", S, true}, {"norm_topk_prob", I, false, 1.0},
-                {"route_scale", F, false, 1.0}}});
+                {"route_scale", F, false, 1.0}, {"gate_temp", F, false, 1.0}}});
   s.push_back({OpKind::MoeExperts, "smelt.moe_experts", {{"x"}, {"weights"}, {"idx", 'i'}}, {{"y"}},
-               {{"w1"}, {"w2"}, {"w3"}}, {},
-               {{"n_experts", I, true}, {"topk", I, true}, {"swiglu_limit", F, false, 0.0}}, true});
-  s.push_back({OpKind::SwigluMlp, "smelt.swiglu_mlp", {{"x"}}, {{"y"}}, {{"w1"}, {"w2"}, {"w3"}}, {},
-               {{"swiglu_limit", F, false, 0.0}}});
+               {{"w1", 'q'}, {"w2", 'q'}, {"w3", 'q'}}, {},
+               {{"n_experts", I, true}, {"topk", I, true}, {"swiglu_limit", F, false, 0.0}, {"act_quant", S, false},
+                {"variant", S, false}},
+               true, false, true});
+  s.push_back({OpKind::SwigluMlp, "smelt.swiglu_mlp", {{"x"}}, {{"y"}}, {{"w1", 'q'}, {"w2", 'q'}, {"w3", 'q'}}, {},
+               {{"swiglu_limit", F, false, 0.0}, {"act_quant", S, false}, {"variant", S, false}}, false, false, true});
   s.push_back({OpKind::Add, "smelt.add", {{"a"}, {"b"}}, {{"c"}}, {}, {}, {}, false, true});
+
+  // DeepSeek-V4.1
+  s.push_back({OpKind::FakeQuant, "smelt.fake_quant", {{"x"}}, {{"y"}}, {}, {},
+               {{"mode", S, true}, {"heads", I, false, 1.0}, {"channels", I, false, 0.0}}, false, true});
+  s.push_back({OpKind::KvCompressor, "smelt.kv_compressor", {{"x"}}, {},
+               {{"wkv"}, {"wgate", 'f', true}, {"norm"}, {"wk", 'f', true}, {"k_norm", 'f', true}},
+               {{"ring", 'f', true, "compressor_ring"}, {"pool", 'f', false, "compressed_pool"},
+                {"index_pool", 'f', true, "index_pool"}},
+               with_rope({{"ratio", I, true}, {"head_dim", I, true}, {"index_head_dim", I, true}, {"eps", F, true}})});
+  s.push_back({OpKind::IndexerV41, "smelt.indexer_v41", {{"q"}, {"w"}, {"cand_in", 'i', true}},
+               {{"idx", 'i'}, {"cand_out", 'i', true}}, {}, {{"index_pool", 'f', false, "index_pool"}},
+               {{"heads", I, true}, {"head_dim", I, true}, {"ratio", I, true}, {"topk", I, true},
+                {"candidate_blocks", I, false, 0.0}, {"candidate_block_size", I, false, 0.0},
+                {"is_candidate_source", I, false, 0.0}}});
+  s.push_back({OpKind::EngramHash, "smelt.engram_hash", {{"ids", 'i'}}, {{"hashes", 'i'}}, {{"token_map", 'i', true}},
+               {{"history", 'f', false, "engram_history"}},
+               {{"layers", N, true}, {"vocab", I, true}, {"heads", I, true}, {"max_ngram", I, true},
+                {"compressed_vocab", I, true}, {"pad_id", I, true}}});
+  s.push_back({OpKind::Engram, "smelt.engram", {{"X"}, {"hashes", 'i'}}, {{"X'"}},
+               {{"table", '8'}, {"table_scale", 's'}, {"wkv", '8'}, {"wkv_scale", 's'}, {"q_weight"}, {"k_weight"}}, {},
+               {{"layer_index", I, true}, {"hc_mult", I, true}, {"dim", I, true}, {"head_dim", I, true},
+                {"cols", I, true}, {"eps", F, true}},
+               false, true});
+  s.push_back({OpKind::HcMean, "smelt.hc_mean", {{"X"}}, {{"m"}}, {}, {}, {{"hc_mult", I, true}}});
+  s.push_back({OpKind::Capture, "smelt.capture", {{"x"}}, {}, {}, {}, {{"name", S, true}, {"row_shape", N, false}}});
+
+  // Every op may round its float outputs to bf16 (V4.1: where the reference holds bf16).
+  for (OpSpec& spec : s) spec.attrs.push_back({"round", S, false});
   return s;
 }
 
@@ -68,6 +101,16 @@ std::vector<OpSpec> build() {
 const std::vector<OpSpec>& op_specs() {
   static const std::vector<OpSpec> specs = build();
   return specs;
+}
+
+std::vector<OperandSpec> weight_specs(const OpSpec& spec, bool scaled) {
+  if (!scaled) return spec.weights;
+  std::vector<OperandSpec> out;
+  for (const OperandSpec& w : spec.weights) {
+    out.push_back(w);
+    out.push_back({w.name + ".scale", 's', true});
+  }
+  return out;
 }
 
 const OpSpec* find_op_spec(std::string_view name) {

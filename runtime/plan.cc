@@ -54,7 +54,35 @@ std::string check_shape(const std::vector<int64_t>& shape) {
   return {};
 }
 
-const char* kind_name(AttrKind k) { return k == AttrKind::Int ? "integer (i)" : k == AttrKind::Float ? "float (f)" : "string (s)"; }
+const char* kind_name(AttrKind k) {
+  switch (k) {
+    case AttrKind::Int: return "integer (i)";
+    case AttrKind::Float: return "float (f)";
+    case AttrKind::String: return "string (s)";
+    case AttrKind::Ints: return "integer list (ints)";
+  }
+  return "?";
+}
+
+// Does a weight of dtype `d` fit a weight operand of type `t` (op_specs.h)?
+bool weight_type_ok(char t, fb::DType d) {
+  switch (t) {
+    case 'i': return is_int(d);
+    case 'q': return is_float(d) || d == fb::DType::F8_E4M3 || d == fb::DType::I8;
+    case 's': return d == fb::DType::F8_E8M0;
+    case '8': return d == fb::DType::F8_E4M3;
+    default: return is_float(d);
+  }
+}
+const char* weight_type_name(char t) {
+  switch (t) {
+    case 'i': return "an integer type";
+    case 'q': return "a float type, F8_E4M3 or I8 (packed FP4)";
+    case 's': return "F8_E8M0 (block scales)";
+    case '8': return "F8_E4M3";
+    default: return "a float type";
+  }
+}
 
 }  // namespace
 
@@ -63,6 +91,14 @@ const char* kind_name(AttrKind k) { return k == AttrKind::Int ? "integer (i)" : 
 int64_t OpRef::i(std::string_view a) const { return attrs.find(a)->second.i; }
 double OpRef::f(std::string_view a) const { return attrs.find(a)->second.f; }
 const std::string& OpRef::s(std::string_view a) const { return attrs.find(a)->second.s; }
+const std::vector<int64_t>& OpRef::ints(std::string_view a) const { return attrs.find(a)->second.ints; }
+
+int fp8_weight_block(const std::vector<int64_t>& w, const std::vector<int64_t>& s) {
+  if (w.size() != 2 || s.size() != 2) return 0;
+  for (int64_t b = 32; b <= 4096; b *= 2)
+    if (s[0] == (w[0] + b - 1) / b && s[1] == (w[1] + b - 1) / b) return int(b);
+  return 0;
+}
 std::string OpRef::where() const {
   return "op " + std::to_string(index) + " (" + name + ", layer " + std::to_string(layer) + ")";
 }
@@ -191,7 +227,8 @@ void Plan::validate_tables() {
   check_buffer_id(p.logits(), "logits", fb::DType::F32, 0);
 
   int n_states = p.states() ? int(p.states()->size()) : 0;
-  static const std::set<std::string> kinds = {"window_ring", "compressor_ring", "compressed_pool", "index_pool"};
+  static const std::set<std::string> kinds = {"window_ring", "compressor_ring", "compressed_pool", "index_pool",
+                                              "engram_history"};
   for (int i = 0; i < n_states; ++i) {
     const fb::State& s = *p.states()->Get(i);
     std::string name = "state " + std::to_string(i) + " (" + str(s.name()) + ")";
@@ -245,9 +282,9 @@ void Plan::validate_op(const fb::Op& op, int index) {
                       std::string(plan_dtype_name(want)));
       } else if (std::string(what) == "weights") {
         fb::DType d = p.weights()->Get(id)->dtype();
-        if (o.type == 'i' ? !is_int(d) : !is_float(d))
+        if (!weight_type_ok(o.type, d))
           fail(r, operand + " is weight " + std::to_string(id) + " of dtype " + std::string(plan_dtype_name(d)) +
-                      ", expected " + (o.type == 'i' ? "an integer type" : "a float type"));
+                      ", expected " + weight_type_name(o.type));
       } else {
         std::string kind = str(p.states()->Get(id)->kind());
         bool ok = std::string(o.state_kind) == "pool" ? (kind == "compressed_pool" || kind == "index_pool")
@@ -268,8 +305,9 @@ void Plan::validate_op(const fb::Op& op, int index) {
       auto* table = reinterpret_cast<const flatbuffers::Table*>(a);
       bool has_i = table->CheckField(fb::Attr::VT_I), has_f = table->CheckField(fb::Attr::VT_F);
       bool has_s = table->CheckField(fb::Attr::VT_S), has_ints = table->CheckField(fb::Attr::VT_INTS);
-      bool wrong = spec_it->kind == AttrKind::Int ? (has_f || has_s || has_ints)
+      bool wrong = spec_it->kind == AttrKind::Int     ? (has_f || has_s || has_ints)
                    : spec_it->kind == AttrKind::Float ? (has_i || has_s || has_ints)
+                   : spec_it->kind == AttrKind::Ints  ? (has_i || has_f || has_s || !has_ints)
                                                       : (has_i || has_f || has_ints || !has_s);
       if (wrong) fail(r, "attribute '" + name + "' must be " + kind_name(spec_it->kind));
       AttrValue v;
@@ -277,6 +315,7 @@ void Plan::validate_op(const fb::Op& op, int index) {
       v.i = a->i();
       v.f = a->f();
       v.s = str(a->s());
+      v.ints = vec(a->ints());
       r.attrs.emplace(name, v);
     }
   for (const AttrSpec& s : spec.attrs) {
@@ -295,9 +334,11 @@ void Plan::validate_op(const fb::Op& op, int index) {
     if (n < 1 || n > 1 << 20) fail(r, "attribute n_experts = " + std::to_string(n) + " is out of range");
     repeat = size_t(n);
   }
+  // The scaled weight form (each weight followed by its scale) is told apart by the list's length.
+  r.scaled = spec.scaled_weights && r.weights.size() == 2 * spec.weights.size() * repeat;
   check_list("inputs", r.inputs, spec.inputs, 1, n_buffers);
   check_list("outputs", r.outputs, spec.outputs, 1, n_buffers);
-  check_list("weights", r.weights, spec.weights, repeat, n_weights);
+  check_list("weights", r.weights, weight_specs(spec, r.scaled), repeat, n_weights);
   check_list("states", r.states, spec.states, 1, n_states);
   ops_.push_back(std::move(r));
 }
@@ -322,6 +363,7 @@ void Plan::validate_dataflow() {
     }
     for (size_t k = 0; k < op.outputs.size(); ++k) {
       int b = op.outputs[k];
+      if (b < 0) continue;  // an absent optional output
       if (b == p.token_ids()) fail(op, "writes the token_ids buffer");
       auto [lo, hi] = range(b);
       auto overlaps = [&](int other) {
@@ -337,15 +379,16 @@ void Plan::validate_dataflow() {
                        std::to_string(j) + " (buffer " + std::to_string(in) + ") in the arena");
       }
       for (size_t j = 0; j < k; ++j)
-        if (overlaps(op.outputs[j]))
+        if (op.outputs[j] >= 0 && overlaps(op.outputs[j]))
           fail(op, "outputs " + std::to_string(j) + " and " + std::to_string(k) + " overlap in the arena");
     }
     // Writing a buffer clobbers every other buffer that shares its arena bytes.
     for (int b : op.outputs)
-      for (int o = 0; o < int(written.size()); ++o)
+      for (int o = 0; b >= 0 && o < int(written.size()); ++o)
         if (o != b && written[o] && range(o).first < range(b).second && range(b).first < range(o).second)
           written[o] = false;
-    for (int b : op.outputs) written[b] = true;
+    for (int b : op.outputs)
+      if (b >= 0) written[b] = true;
   }
   if (!written[p.logits()]) fail("no op writes the logits buffer " + std::to_string(p.logits()));
 }

@@ -21,6 +21,7 @@ struct AttrValue {
   int64_t i = 0;
   double f = 0.0;
   std::string s;
+  std::vector<int64_t> ints;
 };
 
 // One plan op after validation: ids copied out of the flatbuffer, attributes with defaults filled in.
@@ -31,10 +32,12 @@ struct OpRef {
   int layer = -1;
   std::vector<int> inputs, outputs, weights, states;
   std::map<std::string, AttrValue, std::less<>> attrs;
+  bool scaled = false;  // the weight list is the scaled form (each weight followed by its scale)
 
   int64_t i(std::string_view attr) const;
   double f(std::string_view attr) const;
   const std::string& s(std::string_view attr) const;
+  const std::vector<int64_t>& ints(std::string_view attr) const;
   std::string where() const;  // "op 3 (smelt.linear, layer 0)"
 };
 
@@ -91,5 +94,9 @@ void check_op_shapes(const Plan& plan, const OpRef& op);
 
 // The DType spellings of the plan schema (same order as safetensors' DType).
 std::string_view plan_dtype_name(smelt::plan::DType d);
+
+// The block of an FP8 weight [n, k] whose E8M0 scales have shape `scale`: the smallest power of two b >= 32
+// with scale == [ceil(n/b), ceil(k/b)] (any such b gives the same blocks), or 0 if there is none.
+int fp8_weight_block(const std::vector<int64_t>& weight, const std::vector<int64_t>& scale);
 
 }  // namespace smelt::runtime

@@ -36,6 +36,18 @@ std::vector<float> Session::prefill(std::span<const int32_t> ids, int chunk) {
 
 std::vector<float> Session::decode(int32_t id) { return prefill(std::span<const int32_t>(&id, 1), 1); }
 
+cpu::CaptureTable Session::take_captures() {
+  cpu::CaptureTable t = std::move(backend_->captures());
+  backend_->captures() = {};
+  return t;
+}
+
+bool Session::has_capture_ops() const {
+  for (const OpRef& op : plan_.ops())
+    if (op.spec->kind == OpKind::Capture) return true;
+  return false;
+}
+
 void Session::reset() {
   backend_->reset_state();
   position_ = 0;

@@ -27,6 +27,11 @@ class Session {
   std::vector<float> decode(int32_t id);
 
   int64_t position() const { return position_; }
+  // smelt.capture: while on, every chunk's captured rows are collected; take_captures() hands them over
+  // (and clears them). A plan without capture ops collects nothing.
+  void set_capturing(bool on) { backend_->set_capturing(on); }
+  cpu::CaptureTable take_captures();
+  bool has_capture_ops() const;
   void reset();  // a new, empty sequence
   int64_t vocab() const { return plan_.vocab(); }
   const Plan& plan() const { return plan_; }

@@ -136,6 +136,11 @@ Weights Weights::load(const Plan& plan, const std::string& model_dir) {
           e.i_owned[k] = int32_t(v);
         }
         break;
+      case fb::DType::F8_E4M3:
+      case fb::DType::F8_E8M0:
+      case fb::DType::I8:
+        e.raw = src;  // bytes as stored; validated against the op's format when the backend prepares it
+        break;
       default:
         bad("dtype " + std::string(plan_dtype_name(pw.dtype())) + " is not supported by the cpu backend yet");
     }

@@ -1,6 +1,8 @@
 // The weights of a plan, mapped from the checkpoint files the plan lists and converted for the cpu
 // backend: float weights (F32/BF16/F16/F64) to F32, integer weights (I64/I32) to I32. An F32 weight that
 // is 4-byte aligned in its file is used in place (zero-copy); every other weight gets its own copy.
+// Quantized storage (F8_E4M3, I8 = packed FP4, F8_E8M0 scales) stays raw bytes in the mapping: the
+// kernels read the release formats directly.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -20,6 +22,7 @@ class Weights {
 
   const float* f32(int id) const { return entries_[id].f; }      // nullptr for integer weights
   const int32_t* i32(int id) const { return entries_[id].i; }    // nullptr for float weights
+  const uint8_t* raw(int id) const { return entries_[id].raw; }   // F8_E4M3 / I8 / F8_E8M0 bytes, else nullptr
   const std::string& model_dir() const { return dir_; }
   uint64_t copied_bytes() const { return copied_bytes_; }        // memory taken by conversions
 
@@ -27,6 +30,7 @@ class Weights {
   struct Entry {
     const float* f = nullptr;
     const int32_t* i = nullptr;
+    const uint8_t* raw = nullptr;
     std::vector<float> f_owned;
     std::vector<int32_t> i_owned;
   };

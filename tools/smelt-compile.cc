@@ -1,6 +1,6 @@
 // smelt-compile MODEL_DIR --target cpu|h200|FILE.json [--tp N] [--pp M] -o PLAN.smelt
 //               [--dump-ir-after-all DIR] [--compile-to PHASE] [--compile-from FILE.mlir]
-//               [--max-rows N] [--max-seq-len N] [--pipeline STR]
+//               [--max-rows N] [--max-seq-len N] [--pipeline STR] [--capture-intermediates]
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -43,6 +43,10 @@ int main(int argc, char** argv) {
       }
       if (a == "--json") {
         json = true;
+        continue;
+      }
+      if (a == "--capture-intermediates") {
+        o.capture_intermediates = true;
         continue;
       }
       std::string value;

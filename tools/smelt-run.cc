@@ -2,6 +2,7 @@
 //   generate PLAN --prompt-ids 1,2,3 --max-new-tokens N [--greedy | --temperature T --top-p P --seed S]
 //            [--format text|json] [--chunk N] [--model DIR]
 //   logits   PLAN --prompt-ids ... [--decode-ids ...] --out FILE.safetensors [--chunk N] [--model DIR]
+//            [--captures FILE.safetensors]   (plans compiled with --capture-intermediates)
 //   inspect  PLAN [--format text|json]
 //   bench    PLAN [--prompt-len N] [--decode-tokens N] [--repeat R] [--format text|json] [--model DIR]
 // Errors: one line "error: ..." on stderr; exit 1 for bad input, 2 for bad usage.
@@ -125,20 +126,43 @@ int generate(const GenerateArgs& a) {
 // ---- logits ----------------------------------------------------------------------------------------------
 
 struct LogitsArgs {
-  std::string plan, prompt_ids, decode_ids, out, model;
+  std::string plan, prompt_ids, decode_ids, out, model, captures;
   int chunk = 0;
 };
+
+// Captured tensors named "<phase>.<capture name>", F32 [rows, row_shape...].
+void add_captures(smelt::runtime::cpu::CaptureTable table, const std::string& phase,
+                  std::vector<std::vector<float>>& keep, std::vector<smelt::WriteTensor>& out) {
+  for (auto& e : table.entries) {
+    std::vector<int64_t> shape{e.rows};
+    shape.insert(shape.end(), e.row_shape.begin(), e.row_shape.end());
+    keep.push_back(std::move(e.data));
+    out.push_back({phase + "." + e.name, smelt::DType::F32, shape, smelt::as_byte_span(keep.back())});
+  }
+}
 
 int logits(const LogitsArgs& a) {
   std::vector<int32_t> prompt = parse_ids(a.prompt_ids, "--prompt-ids");
   std::vector<int32_t> decode = a.decode_ids.empty() ? std::vector<int32_t>() : parse_ids(a.decode_ids, "--decode-ids");
   auto session = Session::open(a.plan, a.model);
+  if (!a.captures.empty() && !session->has_capture_ops())
+    throw smelt::Error(a.plan + ": the plan has no smelt.capture ops; compile it with --capture-intermediates");
+  session->set_capturing(!a.captures.empty());
+  std::vector<std::vector<float>> capture_data;  // kept alive until the file is written (moves keep the data)
+  std::vector<smelt::WriteTensor> capture_tensors;
   int64_t vocab = session->vocab();
   std::vector<float> prompt_logits = session->prefill(prompt, a.chunk);
+  add_captures(session->take_captures(), "prefill", capture_data, capture_tensors);
   std::vector<float> decode_logits;
-  for (int32_t id : decode) {
-    std::vector<float> l = session->decode(id);
+  for (size_t s = 0; s < decode.size(); ++s) {
+    std::vector<float> l = session->decode(decode[s]);
     decode_logits.insert(decode_logits.end(), l.begin(), l.end());
+    add_captures(session->take_captures(), "decode" + std::to_string(s), capture_data, capture_tensors);
+  }
+  if (!a.captures.empty()) {
+    smelt::write_safetensors(a.captures, capture_tensors, {{"plan", a.plan}, {"prompt_ids", a.prompt_ids},
+                                                           {"decode_ids", a.decode_ids}});
+    std::fprintf(stderr, "wrote %s: %zu captured tensors\n", a.captures.c_str(), capture_tensors.size());
   }
   std::vector<smelt::WriteTensor> tensors;
   tensors.push_back({"prompt_logits", smelt::DType::F32, {int64_t(prompt.size()), vocab}, smelt::as_byte_span(prompt_logits)});
@@ -254,6 +278,8 @@ int main(int argc, char** argv) {
   lg->add_option("--out", l.out, "output .safetensors file")->required();
   lg->add_option("--chunk", l.chunk, "prefill chunk rows (0 = the plan's max_rows)")->check(kCount);
   lg->add_option("--model", l.model, "checkpoint directory (default: the one recorded in the plan)");
+  lg->add_option("--captures", l.captures,
+                 "write the smelt.capture tensors (prefill.<name>, decode<s>.<name>) to this .safetensors file");
 
   std::string inspect_plan, inspect_format = "text";
   CLI::App* ins = app.add_subcommand("inspect", "describe a plan");

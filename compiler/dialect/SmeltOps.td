@@ -24,9 +24,10 @@ def Smelt_I64 : TypedSignlessIntegerAttrBase<I64, "int64_t", "64-bit integer att
 def Smelt_IRows : TensorRankOf<[I32], [2]>;
 
 // Attributes every compute op may carry: the model layer (-1 / absent = embedding or head), the kernel chosen
-// by smelt-select-kernels and the arena offsets of its results set by smelt-plan-memory.
+// by smelt-select-kernels, the arena offsets of its results set by smelt-plan-memory, and `round` ("bf16":
+// every float result is rounded to bf16 after the op, where the V4.1 reference holds bf16; absent = none).
 defvar CommonAttrs = (ins OptionalAttr<Smelt_I64>:$layer, OptionalAttr<StrAttr>:$kernel,
-                          OptionalAttr<DenseI64ArrayAttr>:$offsets);
+                          OptionalAttr<DenseI64ArrayAttr>:$offsets, OptionalAttr<StrAttr>:$round);
 
 class Smelt_ComputeOp<string mnemonic, list<Trait> traits = []>
     : Smelt_Op<mnemonic, !listconcat(traits, [DeclareOpInterfaceMethods<SymbolUserOpInterface>])> {
@@ -59,7 +60,8 @@ def Smelt_WeightOp : Smelt_Op<"weight", [Symbol, HasParent<"::mlir::ModuleOp">]>
 def Smelt_StateOp : Smelt_Op<"state", [Symbol, HasParent<"::mlir::ModuleOp">]> {
   let summary = "per-sequence model state (zero-initialised, addressed by absolute position)";
   let description = [{
-    `kind` is one of window_ring, compressor_ring, compressed_pool, index_pool (see docs/ops.md).
+    `kind` is one of window_ring, compressor_ring, compressed_pool, index_pool, engram_history
+    (see docs/ops.md). `layer` is the owner; V4.1 layers read the pools of their KV source (an earlier layer).
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, StrAttr:$kind, Smelt_I64:$layer,
                        TypeAttrOf<TensorRankOf<[F32], [2]>>:$type);
@@ -88,15 +90,16 @@ def Smelt_HcInitOp : Smelt_ComputeOp<"hc_init"> {
 
 def Smelt_HcMixOp : Smelt_ComputeOp<"hc_mix"> {
   let summary = "hyper-connection mapping: pre, post and the Sinkhorn-projected comb";
+  let description = [{ `variant`: "v4" (default: normalise, then project) or "v41" (project, then rsqrt). }];
   let arguments = !con((ins Smelt_Rows:$streams, FlatSymbolRefAttr:$fn, FlatSymbolRefAttr:$base,
                             FlatSymbolRefAttr:$scale, Smelt_I64:$hc_mult, Smelt_I64:$sinkhorn_iters,
-                            F64Attr:$hc_eps, F64Attr:$norm_eps), CommonAttrs);
+                            F64Attr:$hc_eps, F64Attr:$norm_eps, OptionalAttr<StrAttr>:$variant), CommonAttrs);
   let results = (outs Smelt_Rows:$pre, Smelt_Rows:$post, Smelt_Rows:$comb);
 }
 
 def Smelt_HcCollapseOp : Smelt_ComputeOp<"hc_collapse"> {
-  let summary = "u = sum_i pre_i X_i";
-  let arguments = !con((ins Smelt_Rows:$streams, Smelt_Rows:$pre, Smelt_I64:$hc_mult), CommonAttrs);
+  let summary = "u = sum_i pre_i X_i (without pre: copy 0, the one-hot initial pre of V4.1)";
+  let arguments = !con((ins Smelt_Rows:$streams, Optional<Smelt_Rows>:$pre, Smelt_I64:$hc_mult), CommonAttrs);
   let results = (outs Smelt_Rows:$u);
 }
 
@@ -124,21 +127,30 @@ def Smelt_RmsNormOp : Smelt_ComputeOp<"rms_norm"> {
 
 def Smelt_LinearOp : Smelt_ComputeOp<"linear"> {
   let summary = "y = x weight^T";
-  let arguments = !con((ins Smelt_Rows:$x, FlatSymbolRefAttr:$weight), CommonAttrs);
+  let description = [{
+    A quantized weight (f8E4M3FN [N, K] with f8E8M0FNU block scales, or i8 [N, K/2] packed FP4 with one
+    scale per row per 32) names its `scale`; `act_quant` = "fp8_e4m3_b32" quantizes x per token in K-blocks
+    of 32 first (the V4.1 reference does so for every FP8/FP4 weight). `scale_after` multiplies y.
+  }];
+  let arguments = !con((ins Smelt_Rows:$x, FlatSymbolRefAttr:$weight, OptionalAttr<FlatSymbolRefAttr>:$scale,
+                            OptionalAttr<StrAttr>:$act_quant, OptionalAttr<F64Attr>:$scale_after), CommonAttrs);
   let results = (outs Smelt_Rows:$y);
 }
 
 def Smelt_GroupedLinearOp : Smelt_ComputeOp<"grouped_linear"> {
   let summary = "block-diagonal linear: group g of x times rows [g*R, (g+1)*R) of weight";
-  let arguments = !con((ins Smelt_Rows:$x, FlatSymbolRefAttr:$weight, Smelt_I64:$groups), CommonAttrs);
+  let arguments = !con((ins Smelt_Rows:$x, FlatSymbolRefAttr:$weight, OptionalAttr<FlatSymbolRefAttr>:$scale,
+                            Smelt_I64:$groups), CommonAttrs);
   let results = (outs Smelt_Rows:$y);
 }
 
 def Smelt_RopeOp : Smelt_ComputeOp<"rope"> {
   let summary = "interleaved RoPE on the last rope_dim channels of each head";
+  let description = [{ `variant` "v41": the frequency table of the official V4.1 code (YaRN blend order). }];
   let arguments = !con((ins Smelt_Rows:$x, Smelt_I64:$heads, Smelt_I64:$head_dim, Smelt_I64:$rope_dim,
                             F64Attr:$theta, F64Attr:$yarn_factor, F64Attr:$yarn_beta_fast,
-                            F64Attr:$yarn_beta_slow, Smelt_I64:$yarn_original_max_pos, Smelt_I64:$inverse),
+                            F64Attr:$yarn_beta_slow, Smelt_I64:$yarn_original_max_pos, Smelt_I64:$inverse,
+                            OptionalAttr<StrAttr>:$variant),
                        CommonAttrs);
   let results = (outs Smelt_Rows:$y);
 }
@@ -171,7 +183,8 @@ def Smelt_SparseAttentionOp : Smelt_ComputeOp<"sparse_attention"> {
   let arguments = !con((ins Smelt_Rows:$q, Smelt_Rows:$kv, Optional<Smelt_IRows>:$idx,
                             FlatSymbolRefAttr:$sink, FlatSymbolRefAttr:$window_ring,
                             OptionalAttr<FlatSymbolRefAttr>:$pool, Smelt_I64:$heads, Smelt_I64:$head_dim,
-                            Smelt_I64:$window, Smelt_I64:$ratio, F64Attr:$scale), CommonAttrs);
+                            Smelt_I64:$window, Smelt_I64:$ratio, F64Attr:$scale,
+                            OptionalAttr<StrAttr>:$numerics), CommonAttrs);
   let results = (outs Smelt_Rows:$o);
 }
 
@@ -179,23 +192,33 @@ def Smelt_MoeRouteOp : Smelt_ComputeOp<"moe_route"> {
   let summary = "expert selection (learned top-k, or tid2eid[id] when hash-routed) and weights";
   let arguments = !con((ins Smelt_Rows:$x, Optional<Smelt_IRows>:$ids, FlatSymbolRefAttr:$gate,
                             OptionalAttr<FlatSymbolRefAttr>:$bias, OptionalAttr<FlatSymbolRefAttr>:$tid2eid,
-                            Smelt_I64:$topk, StrAttr:$scoring, BoolAttr:$norm_topk_prob, F64Attr:$route_scale),
+                            Smelt_I64:$topk, StrAttr:$scoring, BoolAttr:$norm_topk_prob, F64Attr:$route_scale,
+                            OptionalAttr<F64Attr>:$gate_temp),
                        CommonAttrs);
   let results = (outs Smelt_Rows:$weights, Smelt_IRows:$idx);
 }
 
 def Smelt_MoeExpertsOp : Smelt_ComputeOp<"moe_experts"> {
   let summary = "routed experts: sum_k weight_k * swiglu_expert[idx_k](x)";
+  let description = [{
+    `experts` lists e0.w1, e0.w2, e0.w3, e1.w1, ...; with `act_quant` (quantized experts) each weight is
+    followed by its scale: e0.w1, e0.w1.scale, e0.w2, e0.w2.scale, e0.w3, e0.w3.scale, ... `variant` "v41":
+    the reference's rounding points (routing weight applied before w2, bf16 expert outputs, fp32 sum).
+  }];
   let arguments = !con((ins Smelt_Rows:$x, Smelt_Rows:$weights, Smelt_IRows:$idx,
                             TypedArrayAttrBase<FlatSymbolRefAttr, "expert weights e0.w1, e0.w2, e0.w3, ...">:$experts,
-                            Smelt_I64:$n_experts, Smelt_I64:$topk, F64Attr:$swiglu_limit), CommonAttrs);
+                            Smelt_I64:$n_experts, Smelt_I64:$topk, F64Attr:$swiglu_limit,
+                            OptionalAttr<StrAttr>:$act_quant, OptionalAttr<StrAttr>:$variant), CommonAttrs);
   let results = (outs Smelt_Rows:$y);
 }
 
 def Smelt_SwigluMlpOp : Smelt_ComputeOp<"swiglu_mlp"> {
   let summary = "w2(silu(min(x w1^T, limit)) * clamp(x w3^T, -limit, limit))";
+  let description = [{ With `act_quant` the weights are quantized and name their scales w1_scale, ... }];
   let arguments = !con((ins Smelt_Rows:$x, FlatSymbolRefAttr:$w1, FlatSymbolRefAttr:$w2, FlatSymbolRefAttr:$w3,
-                            F64Attr:$swiglu_limit), CommonAttrs);
+                            OptionalAttr<FlatSymbolRefAttr>:$w1_scale, OptionalAttr<FlatSymbolRefAttr>:$w2_scale,
+                            OptionalAttr<FlatSymbolRefAttr>:$w3_scale, F64Attr:$swiglu_limit,
+                            OptionalAttr<StrAttr>:$act_quant, OptionalAttr<StrAttr>:$variant), CommonAttrs);
   let results = (outs Smelt_Rows:$y);
 }
 
@@ -203,6 +226,73 @@ def Smelt_AddOp : Smelt_ComputeOp<"add"> {
   let summary = "c = a + b";
   let arguments = !con((ins Smelt_Rows:$a, Smelt_Rows:$b), CommonAttrs);
   let results = (outs Smelt_Rows:$c);
+}
+
+//===--------------------------------------------------------------------------------------------------===//
+// DeepSeek-V4.1 ops (docs/ops.md, section DeepSeek-V4.1)
+//===--------------------------------------------------------------------------------------------------===//
+
+def Smelt_FakeQuantOp : Smelt_ComputeOp<"fake_quant"> {
+  let summary = "quantize then dequantize (QAT fake quant of attention state)";
+  let description = [{
+    `mode`: fp8_e4m3_b32 (window K=V), fp4_e2m1_g16_e4m3 (compressed KV), fp4_e2m1_b32_ue8m0 (index q/k).
+    Each row is `heads` segments (default 1); the QDQ covers the first `channels` values of each (default all).
+  }];
+  let arguments = !con((ins Smelt_Rows:$x, StrAttr:$mode, OptionalAttr<Smelt_I64>:$heads,
+                            OptionalAttr<Smelt_I64>:$channels), CommonAttrs);
+  let results = (outs Smelt_Rows:$y);
+}
+
+def Smelt_KvCompressorOp : Smelt_ComputeOp<"kv_compressor"> {
+  let summary = "V4.1 KV source: compressed KV entries (pool) and index keys (index_pool)";
+  let arguments = !con((ins Smelt_Rows:$x, FlatSymbolRefAttr:$wkv, OptionalAttr<FlatSymbolRefAttr>:$wgate,
+                            FlatSymbolRefAttr:$norm, OptionalAttr<FlatSymbolRefAttr>:$wk,
+                            OptionalAttr<FlatSymbolRefAttr>:$k_norm, OptionalAttr<FlatSymbolRefAttr>:$ring,
+                            FlatSymbolRefAttr:$pool, OptionalAttr<FlatSymbolRefAttr>:$index_pool,
+                            Smelt_I64:$ratio, Smelt_I64:$head_dim, Smelt_I64:$index_head_dim, Smelt_I64:$rope_dim,
+                            F64Attr:$theta, F64Attr:$yarn_factor, F64Attr:$yarn_beta_fast, F64Attr:$yarn_beta_slow,
+                            Smelt_I64:$yarn_original_max_pos, F64Attr:$eps), CommonAttrs);
+}
+
+def Smelt_IndexerV41Op : Smelt_ComputeOp<"indexer_v41"> {
+  let summary = "V4.1 indexer: bf16 scores, two-level (candidate block) top-k";
+  let arguments = !con((ins Smelt_Rows:$q, Smelt_Rows:$w, Optional<Smelt_IRows>:$cand_in,
+                            FlatSymbolRefAttr:$index_pool, Smelt_I64:$heads, Smelt_I64:$head_dim, Smelt_I64:$ratio,
+                            Smelt_I64:$topk, Smelt_I64:$candidate_blocks, Smelt_I64:$candidate_block_size,
+                            Smelt_I64:$is_candidate_source), CommonAttrs);
+  let results = (outs Smelt_IRows:$idx, Optional<Smelt_IRows>:$cand_out);
+}
+
+def Smelt_EngramHashOp : Smelt_ComputeOp<"engram_hash"> {
+  let summary = "Engram n-gram hash ids of every Engram layer (once per chunk)";
+  let arguments = !con((ins Smelt_IRows:$ids, OptionalAttr<FlatSymbolRefAttr>:$token_map,
+                            FlatSymbolRefAttr:$history, DenseI64ArrayAttr:$layers, Smelt_I64:$vocab,
+                            Smelt_I64:$heads, Smelt_I64:$max_ngram, Smelt_I64:$compressed_vocab, Smelt_I64:$pad_id),
+                       CommonAttrs);
+  let results = (outs Smelt_IRows:$hashes);
+}
+
+def Smelt_EngramOp : Smelt_ComputeOp<"engram"> {
+  let summary = "Engram: gated n-gram memory added to every hc copy of the stream";
+  let arguments = !con((ins Smelt_Rows:$streams, Smelt_IRows:$hashes, FlatSymbolRefAttr:$table,
+                            FlatSymbolRefAttr:$table_scale, FlatSymbolRefAttr:$wkv, FlatSymbolRefAttr:$wkv_scale,
+                            FlatSymbolRefAttr:$q_weight, FlatSymbolRefAttr:$k_weight, Smelt_I64:$layer_index,
+                            Smelt_I64:$hc_mult, Smelt_I64:$dim, Smelt_I64:$head_dim, Smelt_I64:$cols, F64Attr:$eps),
+                       CommonAttrs);
+  let results = (outs Smelt_Rows:$result);
+}
+
+def Smelt_HcMeanOp : Smelt_ComputeOp<"hc_mean"> {
+  let summary = "m = mean over the hc copies (DSpark target capture), bf16";
+  let arguments = !con((ins Smelt_Rows:$streams, Smelt_I64:$hc_mult), CommonAttrs);
+  let results = (outs Smelt_Rows:$m);
+}
+
+def Smelt_CaptureOp : Smelt_ComputeOp<"capture"> {
+  let summary = "copy the chunk's rows of x into the runtime's named capture table";
+  let description = [{ `row_shape` (optional) is the shape of one row when written out, e.g. [hc_mult, D]. }];
+  let arguments = !con((ins Smelt_Rows:$x, StrAttr:$name, OptionalAttr<DenseI64ArrayAttr>:$row_shape),
+                       CommonAttrs);
 }
 
 #endif  // SMELT_OPS_TD

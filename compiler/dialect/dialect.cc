@@ -35,6 +35,8 @@ mlir::LogicalResult verify_rows(mlir::Operation* op) {
       return op->emitOpError() << what << " #" << i << " must have a static positive column count, got " << t;
     return mlir::success();
   };
+  if (auto r = op->getAttrOfType<mlir::StringAttr>("round"); r && !r.getValue().empty() && r.getValue() != "bf16")
+    return op->emitOpError() << "unknown round '" << r.getValue() << "' (expected bf16)";
   for (auto [i, v] : llvm::enumerate(op->getOperands()))
     if (mlir::failed(check(v, "operand", i))) return mlir::failure();
   for (auto [i, v] : llvm::enumerate(op->getResults()))
@@ -51,10 +53,11 @@ mlir::LogicalResult WeightOp::verify() {
 }
 
 mlir::LogicalResult StateOp::verify() {
-  static const llvm::StringRef kinds[] = {"window_ring", "compressor_ring", "compressed_pool", "index_pool"};
+  static const llvm::StringRef kinds[] = {"window_ring", "compressor_ring", "compressed_pool", "index_pool",
+                                          "engram_history"};
   if (!llvm::is_contained(kinds, getKind()))
     return emitOpError() << "state @" << getSymName() << " has unknown kind '" << getKind()
-                         << "' (expected window_ring, compressor_ring, compressed_pool or index_pool)";
+                         << "' (expected window_ring, compressor_ring, compressed_pool, index_pool or engram_history)";
   if (!getTensorType().hasStaticShape())
     return emitOpError() << "state @" << getSymName() << " needs a static shape, got " << getType();
   if (getLayer() < 0) return emitOpError() << "state @" << getSymName() << " has a negative layer";

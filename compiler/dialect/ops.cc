@@ -1,9 +1,12 @@
 // Compute op verifiers (local shape rules), weight shape checks against the referenced smelt.weight
 // (verifySymbolUses) and the table of weight / state roles per op.
+#include <cmath>
+
 #include "llvm/ADT/TypeSwitch.h"
 
 #include "compiler/dialect/dialect.h"
 #include "compiler/dialect/roles.h"
+#include "compiler/dialect/verify_util.h"
 
 namespace smelt {
 
@@ -13,31 +16,32 @@ using mlir::Operation;
 using mlir::success;
 using mlir::Value;
 
-namespace {
-
-std::string shape_str(llvm::ArrayRef<int64_t> s) {
+std::string verify_util::shape_str(llvm::ArrayRef<int64_t> s) {
   std::string out = "[";
   for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + (s[i] < 0 ? std::string("?") : std::to_string(s[i]));
   return out + "]";
 }
 
-LogicalResult expect_cols(Operation* op, Value v, int64_t want, llvm::StringRef what) {
+LogicalResult verify_util::expect_cols(Operation* op, Value v, int64_t want, llvm::StringRef what) {
   if (cols(v) != want)
     return op->emitOpError() << what << " must have " << want << " columns, got " << cols(v);
   return success();
 }
 
-LogicalResult expect_positive(Operation* op, int64_t v, llvm::StringRef what) {
+LogicalResult verify_util::expect_positive(Operation* op, int64_t v, llvm::StringRef what) {
   if (v <= 0) return op->emitOpError() << what << " must be positive, got " << v;
   return success();
 }
 
+WeightOp verify_util::lookup_weight(Operation* op, mlir::SymbolTableCollection& st, mlir::FlatSymbolRefAttr ref) {
+  return ref ? st.lookupNearestSymbolFrom<WeightOp>(op, ref) : WeightOp();
+}
+
 // Checks a referenced weight's shape (-1 = any extent). An unresolved reference or one naming something
 // other than a smelt.weight is left to smelt-verify, which reports it with the module-wide picture.
-LogicalResult expect_weight(Operation* op, mlir::SymbolTableCollection& st, llvm::StringRef role,
-                            mlir::FlatSymbolRefAttr ref, llvm::ArrayRef<int64_t> want) {
-  if (!ref) return success();
-  auto w = st.lookupNearestSymbolFrom<WeightOp>(op, ref);
+LogicalResult verify_util::expect_weight(Operation* op, mlir::SymbolTableCollection& st, llvm::StringRef role,
+                                         mlir::FlatSymbolRefAttr ref, llvm::ArrayRef<int64_t> want) {
+  auto w = lookup_weight(op, st, ref);
   if (!w) return success();
   auto have = w.getTensorType().getShape();
   bool ok = have.size() == want.size();
@@ -48,13 +52,13 @@ LogicalResult expect_weight(Operation* op, mlir::SymbolTableCollection& st, llvm
   return success();
 }
 
-int64_t dim(Operation* op, mlir::SymbolTableCollection& st, mlir::FlatSymbolRefAttr ref, unsigned i) {
-  auto w = ref ? st.lookupNearestSymbolFrom<WeightOp>(op, ref) : WeightOp();
+int64_t verify_util::dim(Operation* op, mlir::SymbolTableCollection& st, mlir::FlatSymbolRefAttr ref, unsigned i) {
+  auto w = lookup_weight(op, st, ref);
   if (!w || w.getTensorType().getRank() <= i) return -1;
   return w.getTensorType().getDimSize(i);
 }
 
-LogicalResult check_rope_dims(Operation* op, int64_t head_dim, int64_t rope_dim, double theta) {
+LogicalResult verify_util::check_rope_dims(Operation* op, int64_t head_dim, int64_t rope_dim, double theta) {
   if (failed(expect_positive(op, head_dim, "head_dim"))) return failure();
   if (rope_dim <= 0 || rope_dim % 2 || rope_dim > head_dim)
     return op->emitOpError() << "rope_dim must be even and in (0, head_dim=" << head_dim << "], got " << rope_dim;
@@ -62,7 +66,49 @@ LogicalResult check_rope_dims(Operation* op, int64_t head_dim, int64_t rope_dim,
   return success();
 }
 
-}  // namespace
+LogicalResult verify_util::expect_linear_weight(Operation* op, mlir::SymbolTableCollection& st, llvm::StringRef role,
+                                                mlir::FlatSymbolRefAttr weight, mlir::FlatSymbolRefAttr scale, int64_t n,
+                                                int64_t k, bool* quantized) {
+  if (quantized) *quantized = false;
+  auto w = lookup_weight(op, st, weight);
+  if (!w) return success();
+  mlir::Type e = w.getTensorType().getElementType();
+  bool fp8 = llvm::isa<mlir::Float8E4M3FNType>(e), fp4 = e.isInteger(8);
+  if (quantized) *quantized = fp8 || fp4;
+  std::string srole = role.str() + ".scale";
+  if (!fp8 && !fp4) {
+    if (scale) return op->emitOpError() << "weight '" << role << "' " << weight << " is not quantized but has a scale";
+    return expect_weight(op, st, role, weight, {n, k});
+  }
+  if (!scale)
+    return op->emitOpError() << "weight '" << role << "' " << weight << " is quantized (" << e << ") but has no scale";
+  auto s = lookup_weight(op, st, scale);
+  if (s && !llvm::isa<mlir::Float8E8M0FNUType>(s.getTensorType().getElementType()))
+    return op->emitOpError() << "scale of '" << role << "' " << scale << " must be f8E8M0FNU, got "
+                             << s.getTensorType().getElementType();
+  if (fp4) {
+    if (k % 2) return op->emitOpError() << "packed FP4 weight '" << role << "' needs an even input width, got " << k;
+    if (failed(expect_weight(op, st, role, weight, {n, k / 2}))) return failure();
+    return expect_weight(op, st, srole, scale, {n, (k + 31) / 32});
+  }
+  if (failed(expect_weight(op, st, role, weight, {n, k}))) return failure();
+  if (!s) return success();
+  auto have = s.getTensorType().getShape();
+  for (int64_t b = 32; b <= 4096; b *= 2)
+    if (have.size() == 2 && have[0] == (n + b - 1) / b && have[1] == (k + b - 1) / b) return success();
+  return op->emitOpError() << "scale of '" << role << "' " << scale << " has shape " << shape_str(have)
+                           << ", which is no power-of-two block (>= 32) of the " << shape_str({n, k}) << " weight";
+}
+
+LogicalResult verify_util::expect_one_of(Operation* op, llvm::StringRef attr, llvm::ArrayRef<llvm::StringRef> allowed) {
+  auto a = op->getAttrOfType<mlir::StringAttr>(attr);
+  if (!a || a.getValue().empty() || llvm::is_contained(allowed, a.getValue())) return success();
+  auto d = op->emitOpError() << "unknown " << attr << " '" << a.getValue() << "' (expected ";
+  llvm::interleave(allowed, d, " or ");
+  return d << ")";
+}
+
+using namespace verify_util;
 
 //===--- local verifiers ---===//
 
@@ -79,7 +125,8 @@ LogicalResult HcInitOp::verify() {
 LogicalResult HcMixOp::verify() {
   int64_t n = getHcMult();
   if (failed(verify_rows(*this)) || failed(expect_positive(*this, n, "hc_mult")) ||
-      failed(expect_positive(*this, getSinkhornIters(), "sinkhorn_iters")))
+      failed(expect_positive(*this, getSinkhornIters(), "sinkhorn_iters")) ||
+      failed(expect_one_of(*this, "variant", {"v4", "v41"})))
     return failure();
   if (cols(getStreams()) % n) return emitOpError() << "streams columns " << cols(getStreams()) << " are not a multiple of hc_mult " << n;
   if (failed(expect_cols(*this, getPre(), n, "pre")) || failed(expect_cols(*this, getPost(), n, "post")))
@@ -90,7 +137,7 @@ LogicalResult HcMixOp::verify() {
 LogicalResult HcCollapseOp::verify() {
   int64_t n = getHcMult();
   if (failed(verify_rows(*this)) || failed(expect_positive(*this, n, "hc_mult"))) return failure();
-  if (failed(expect_cols(*this, getPre(), n, "pre"))) return failure();
+  if (getPre() && failed(expect_cols(*this, getPre(), n, "pre"))) return failure();
   return expect_cols(*this, getStreams(), n * cols(getU()), "streams");
 }
 
@@ -117,7 +164,14 @@ LogicalResult RmsNormOp::verify() {
   return expect_cols(*this, getY(), cols(getX()), "result");
 }
 
-LogicalResult LinearOp::verify() { return verify_rows(*this); }
+LogicalResult LinearOp::verify() {
+  if (failed(verify_rows(*this)) || failed(expect_one_of(*this, "act_quant", {"fp8_e4m3_b32"}))) return failure();
+  if (auto s = getScaleAfter(); s && !(std::isfinite(s->convertToDouble()) && s->convertToDouble() != 0))
+    return emitOpError() << "scale_after must be finite and non-zero";
+  if (getActQuant() && !getActQuant()->empty() && !getScale())
+    return emitOpError() << "act_quant needs a quantized weight (one with a scale)";
+  return success();
+}
 
 LogicalResult GroupedLinearOp::verify() {
   int64_t g = getGroups();
@@ -130,6 +184,7 @@ LogicalResult GroupedLinearOp::verify() {
 
 LogicalResult RopeOp::verify() {
   if (failed(verify_rows(*this)) || failed(expect_positive(*this, getHeads(), "heads")) ||
+      failed(expect_one_of(*this, "variant", {"v4", "v41"})) ||
       failed(check_rope_dims(*this, getHeadDim(), getRopeDim(), getTheta().convertToDouble())))
     return failure();
   if (failed(expect_cols(*this, getX(), getHeads() * getHeadDim(), "x (heads * head_dim)"))) return failure();
@@ -167,6 +222,7 @@ LogicalResult SparseAttentionOp::verify() {
       failed(expect_positive(*this, getHeadDim(), "head_dim")) || failed(expect_positive(*this, getWindow(), "window")))
     return failure();
   if (getRatio() < 0) return emitOpError() << "ratio must be >= 0 (0 = window only)";
+  if (failed(expect_one_of(*this, "numerics", {"v41"}))) return failure();
   if (!(getScale().convertToDouble() > 0)) return emitOpError() << "scale must be positive";
   if (failed(expect_cols(*this, getQ(), getHeads() * getHeadDim(), "q (heads * head_dim)")) ||
       failed(expect_cols(*this, getKv(), getHeadDim(), "kv (head_dim)")) ||
@@ -183,6 +239,8 @@ LogicalResult MoeRouteOp::verify() {
   static const llvm::StringRef scorings[] = {"sqrtsoftplus", "softmax", "sigmoid"};
   if (!llvm::is_contained(scorings, getScoring()))
     return emitOpError() << "unknown scoring '" << getScoring() << "' (expected sqrtsoftplus, softmax or sigmoid)";
+  if (auto t = getGateTemp(); t && !(t->convertToDouble() > 0 && std::isfinite(t->convertToDouble())))
+    return emitOpError() << "gate_temp must be positive";
   if (bool(getIds()) != bool(getTid2eid()))
     return emitOpError() << "hash routing needs both the ids operand and a tid2eid weight (or neither)";
   if (getIds() && failed(expect_cols(*this, getIds(), 1, "ids"))) return failure();
@@ -195,8 +253,13 @@ LogicalResult MoeExpertsOp::verify() {
       failed(expect_positive(*this, getTopk(), "topk")))
     return failure();
   if (getTopk() > getNExperts()) return emitOpError() << "topk " << getTopk() << " exceeds n_experts " << getNExperts();
-  if (int64_t(getExperts().size()) != 3 * getNExperts())
-    return emitOpError() << "expects 3 * n_experts = " << 3 * getNExperts() << " expert weights (e0.w1, e0.w2, e0.w3, "
+  if (failed(expect_one_of(*this, "act_quant", {"fp8_e4m3_b32"})) || failed(expect_one_of(*this, "variant", {"v41"})))
+    return failure();
+  const bool quant = getActQuant() && !getActQuant()->empty();
+  if (int64_t(getExperts().size()) != (quant ? 6 : 3) * getNExperts())
+    return emitOpError() << "expects " << (quant ? 6 : 3) << " * n_experts = " << (quant ? 6 : 3) * getNExperts()
+                         << (quant ? " expert weights (e0.w1, e0.w1.scale, e0.w2, e0.w2.scale, e0.w3, e0.w3.scale, "
+                                   : " expert weights (e0.w1, e0.w2, e0.w3, ")
                          << "e1.w1, ...), got " << getExperts().size();
   if (failed(expect_cols(*this, getWeights(), getTopk(), "weights (topk)")) ||
       failed(expect_cols(*this, getIdx(), getTopk(), "idx (topk)")))
@@ -205,7 +268,12 @@ LogicalResult MoeExpertsOp::verify() {
 }
 
 LogicalResult SwigluMlpOp::verify() {
-  if (failed(verify_rows(*this))) return failure();
+  if (failed(verify_rows(*this)) || failed(expect_one_of(*this, "act_quant", {"fp8_e4m3_b32"})) ||
+      failed(expect_one_of(*this, "variant", {"v41"})))
+    return failure();
+  const bool quant = getActQuant() && !getActQuant()->empty();
+  if (bool(getW1ScaleAttr()) != quant || bool(getW2ScaleAttr()) != quant || bool(getW3ScaleAttr()) != quant)
+    return emitOpError() << "w1_scale, w2_scale and w3_scale go with act_quant (quantized weights): all or none";
   return expect_cols(*this, getY(), cols(getX()), "result");
 }
 
@@ -254,11 +322,22 @@ LogicalResult RmsNormOp::verifySymbolUses(ST& st) {
 }
 
 LogicalResult LinearOp::verifySymbolUses(ST& st) {
-  return expect_weight(*this, st, "weight", getWeightAttr(), {cols(getY()), cols(getX())});
+  bool quantized = false;
+  if (failed(expect_linear_weight(*this, st, "weight", getWeightAttr(), getScaleAttr(), cols(getY()), cols(getX()),
+                                  &quantized)))
+    return failure();
+  return success();
 }
 
 LogicalResult GroupedLinearOp::verifySymbolUses(ST& st) {
-  return expect_weight(*this, st, "weight", getWeightAttr(), {cols(getY()), cols(getX()) / getGroups()});
+  bool quantized = false;
+  if (failed(expect_linear_weight(*this, st, "weight", getWeightAttr(), getScaleAttr(), cols(getY()),
+                                  cols(getX()) / getGroups(), &quantized)))
+    return failure();
+  auto w = lookup_weight(*this, st, getWeightAttr());
+  if (quantized && w && w.getTensorType().getElementType().isInteger(8))
+    return emitOpError() << "wo_a-style grouped weights may be FP8 (dequantized at load), not packed FP4";
+  return success();
 }
 
 LogicalResult CompressorOp::verifySymbolUses(ST& st) {
@@ -282,19 +361,30 @@ LogicalResult MoeRouteOp::verifySymbolUses(ST& st) {
 }
 
 namespace {
-// w1 / w3 [F, D] and w2 [D, F], F taken from w1.
+// w1 / w3 [F, D] and w2 [D, F] (logical shapes), F taken from w1; with scales, quantized storage.
 LogicalResult expect_swiglu(Operation* op, ST& st, const std::string& prefix, mlir::FlatSymbolRefAttr w1,
-                            mlir::FlatSymbolRefAttr w2, mlir::FlatSymbolRefAttr w3, int64_t d) {
+                            mlir::FlatSymbolRefAttr w2, mlir::FlatSymbolRefAttr w3, int64_t d,
+                            mlir::FlatSymbolRefAttr s1 = {}, mlir::FlatSymbolRefAttr s2 = {},
+                            mlir::FlatSymbolRefAttr s3 = {}) {
   int64_t f = dim(op, st, w1, 0);
-  if (failed(expect_weight(op, st, prefix + "w1", w1, {f, d})) || failed(expect_weight(op, st, prefix + "w2", w2, {d, f})))
+  if (failed(expect_linear_weight(op, st, prefix + "w1", w1, s1, f, d)) ||
+      failed(expect_linear_weight(op, st, prefix + "w2", w2, s2, d, f)))
     return failure();
-  return expect_weight(op, st, prefix + "w3", w3, {f, d});
+  return expect_linear_weight(op, st, prefix + "w3", w3, s3, f, d);
 }
 }  // namespace
 
 LogicalResult MoeExpertsOp::verifySymbolUses(ST& st) {
   auto refs = getExperts().getAsRange<mlir::FlatSymbolRefAttr>();
   llvm::SmallVector<mlir::FlatSymbolRefAttr> all(refs.begin(), refs.end());
+  const bool quant = getActQuant() && !getActQuant()->empty();
+  if (quant) {
+    for (size_t e = 0; e + 5 < all.size(); e += 6)
+      if (failed(expect_swiglu(*this, st, "e" + std::to_string(e / 6) + ".", all[e], all[e + 2], all[e + 4],
+                               cols(getX()), all[e + 1], all[e + 3], all[e + 5])))
+        return failure();
+    return success();
+  }
   for (size_t e = 0; e + 2 < all.size(); e += 3)
     if (failed(expect_swiglu(*this, st, "e" + std::to_string(e / 3) + ".", all[e], all[e + 1], all[e + 2],
                              cols(getX()))))
@@ -303,63 +393,8 @@ LogicalResult MoeExpertsOp::verifySymbolUses(ST& st) {
 }
 
 LogicalResult SwigluMlpOp::verifySymbolUses(ST& st) {
-  return expect_swiglu(*this, st, "", getW1Attr(), getW2Attr(), getW3Attr(), cols(getX()));
-}
-
-//===--- roles ---===//
-
-bool is_compute_op(Operation* op) {
-  return op->getDialect() && op->getDialect()->getNamespace() == "smelt" && !llvm::isa<WeightOp, StateOp>(op);
-}
-
-llvm::SmallVector<SymbolUse> weight_uses(Operation* op) {
-  llvm::SmallVector<SymbolUse> u;
-  auto add = [&](const char* role, mlir::FlatSymbolRefAttr ref) { u.push_back({role, ref, {}}); };
-  llvm::TypeSwitch<Operation*>(op)
-      .Case([&](EmbeddingOp o) { add("embed", o.getEmbedAttr()); })
-      .Case([&](HcMixOp o) { add("fn", o.getFnAttr()), add("base", o.getBaseAttr()), add("scale", o.getScaleAttr()); })
-      .Case([&](HcHeadOp o) { add("fn", o.getFnAttr()), add("base", o.getBaseAttr()), add("scale", o.getScaleAttr()); })
-      .Case([&](RmsNormOp o) { add("weight", o.getWeightAttr()); })
-      .Case([&](LinearOp o) { add("weight", o.getWeightAttr()); })
-      .Case([&](GroupedLinearOp o) { add("weight", o.getWeightAttr()); })
-      .Case([&](CompressorOp o) {
-        add("wkv", o.getWkvAttr()), add("wgate", o.getWgateAttr()), add("ape", o.getApeAttr());
-        add("norm", o.getNormAttr());
-      })
-      .Case([&](SparseAttentionOp o) { add("sink", o.getSinkAttr()); })
-      .Case([&](MoeRouteOp o) { add("gate", o.getGateAttr()), add("bias", o.getBiasAttr()), add("tid2eid", o.getTid2eidAttr()); })
-      .Case([&](MoeExpertsOp o) {
-        static const char* w[] = {"w1", "w2", "w3"};
-        for (auto [i, a] : llvm::enumerate(o.getExperts()))
-          u.push_back({"e" + std::to_string(i / 3) + "." + w[i % 3], llvm::dyn_cast<mlir::FlatSymbolRefAttr>(a), {}});
-      })
-      .Case([&](SwigluMlpOp o) { add("w1", o.getW1Attr()), add("w2", o.getW2Attr()), add("w3", o.getW3Attr()); });
-  return u;
-}
-
-llvm::SmallVector<SymbolUse> state_uses(Operation* op) {
-  llvm::SmallVector<SymbolUse> u;
-  llvm::TypeSwitch<Operation*>(op)
-      .Case([&](WindowKvUpdateOp o) { u.push_back({"window_ring", o.getWindowRingAttr(), {"window_ring"}}); })
-      .Case([&](CompressorOp o) {
-        u.push_back({"compressor_ring", o.getCompressorRingAttr(), {"compressor_ring"}});
-        u.push_back({"pool", o.getPoolAttr(), {"compressed_pool", "index_pool"}});
-      })
-      .Case([&](IndexerTopkOp o) { u.push_back({"index_pool", o.getIndexPoolAttr(), {"index_pool"}}); })
-      .Case([&](SparseAttentionOp o) {
-        u.push_back({"window_ring", o.getWindowRingAttr(), {"window_ring"}});
-        u.push_back({"pool", o.getPoolAttr(), {"compressed_pool"}});
-      });
-  return u;
-}
-
-bool is_model_attr(mlir::NamedAttribute a) {
-  static const llvm::StringRef bookkeeping[] = {"layer", "kernel", "offsets", "operandSegmentSizes"};
-  if (llvm::is_contained(bookkeeping, a.getName().strref())) return false;
-  if (llvm::isa<mlir::SymbolRefAttr>(a.getValue())) return false;  // weight / state reference
-  if (auto arr = llvm::dyn_cast<mlir::ArrayAttr>(a.getValue()))    // expert weight list
-    return !llvm::any_of(arr, [](mlir::Attribute e) { return llvm::isa<mlir::SymbolRefAttr>(e); });
-  return true;
+  return expect_swiglu(*this, st, "", getW1Attr(), getW2Attr(), getW3Attr(), cols(getX()), getW1ScaleAttr(),
+                       getW2ScaleAttr(), getW3ScaleAttr());
 }
 
 }  // namespace smelt

@@ -65,7 +65,15 @@ int64_t i64_attr(mlir::ModuleOp m, llvm::StringRef name, const char* hint) {
 unsigned plan_arity(mlir::Operation* op) {
   if (llvm::isa<SparseAttentionOp>(op)) return 3;  // q, kv, idx or -1
   if (llvm::isa<MoeRouteOp>(op)) return 2;         // x, ids or -1
+  if (llvm::isa<HcCollapseOp>(op)) return 2;       // X, pre or -1 (one-hot)
+  if (llvm::isa<IndexerV41Op>(op)) return 3;       // q, w, cand_in or -1
   return op->getNumOperands();
+}
+
+// Outputs in plan order, with an absent optional result (always the last one) as -1.
+unsigned plan_results(mlir::Operation* op) {
+  if (llvm::isa<IndexerV41Op>(op)) return 2;  // idx, cand_out or -1
+  return op->getNumResults();
 }
 
 }  // namespace
@@ -179,6 +187,7 @@ std::vector<uint8_t> emit_plan(mlir::ModuleOp module, const EmitOptions& o) {
       add_buffer(r, name, offsets[i]);
       outputs.push_back(buffer_id[r]);
     }
+    outputs.resize(plan_results(&op), -1);
     auto lookup = [&](const llvm::StringMap<int32_t>& ids, const SymbolUse& u, const char* what) -> int32_t {
       if (!u.ref) return -1;
       auto it = ids.find(u.ref.getValue());

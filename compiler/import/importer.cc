@@ -14,13 +14,16 @@
 #include "mlir/IR/Verifier.h"
 
 #include "compiler/dialect/dialect.h"
+#include "compiler/import/builder.h"
 
 namespace smelt {
 
-namespace {
+namespace import_detail {
 
 using mlir::NamedAttribute;
 using mlir::Value;
+
+namespace {
 
 mlir::Type element_type(mlir::MLIRContext* ctx, DType d) {
   mlir::Builder b(ctx);
@@ -42,51 +45,110 @@ mlir::Type element_type(mlir::MLIRContext* ctx, DType d) {
   return {};
 }
 
-// RoPE table parameters: theta and YaRN (factor 0 = none).
-struct RopeParams {
-  double theta, yarn_factor, beta_fast, beta_slow;
-  int64_t original_max_pos;
-};
+}  // namespace
 
-class Importer {
+const TensorInfo& Builder::tensor(const std::string& name) const {
+  auto it = m_.tensors.find(name);
+  if (it == m_.tensors.end()) throw Error(m_.dir + ": the model has no tensor '" + name + "'");
+  return it->second;
+}
+
+mlir::FlatSymbolRefAttr Builder::weight(const std::string& name) {
+  if (auto it = symbols_.find(name); it != symbols_.end()) return it->second;
+  const TensorInfo& t = tensor(name);
+  mlir::Type elem = element_type(&ctx_, t.dtype);
+  bool quantized = t.dtype == DType::F8_E4M3 || t.dtype == DType::F8_E5M2 || t.dtype == DType::F8_E8M0 ||
+                   (t.dtype == DType::I8 && name.find(".experts.") != std::string::npos);
+  if (quantized && !allow_quantized_)
+    throw Error(m_.dir + ": tensor '" + name + "' is stored as " + std::string(dtype_name(t.dtype)) +
+                " (quantized); the compiler does not lower quantized weights yet");
+  auto src = m_.source_names.find(name);
+  mlir::OpBuilder::InsertionGuard guard(b_);
+  b_.setInsertionPoint(forward_);
+  WeightOp::create(b_, b_.getUnknownLoc(), b_.getStringAttr(name),
+                   mlir::TypeAttr::get(mlir::RankedTensorType::get(t.shape, elem)),
+                   b_.getStringAttr(src != m_.source_names.end() ? src->second : t.name),
+                   b_.getI64IntegerAttr(t.file), b_.getI64IntegerAttr(int64_t(t.offset)), b_.getStringAttr(""));
+  return symbols_[name] = mlir::FlatSymbolRefAttr::get(&ctx_, name);
+}
+
+mlir::FlatSymbolRefAttr Builder::state(const std::string& name, llvm::StringRef kind, int64_t rows, int64_t width) {
+  mlir::OpBuilder::InsertionGuard guard(b_);
+  b_.setInsertionPoint(forward_);
+  auto type = mlir::RankedTensorType::get({rows, width}, b_.getF32Type());
+  states_.push_back(StateOp::create(b_, b_.getUnknownLoc(), b_.getStringAttr(name), b_.getStringAttr(kind),
+                                    b_.getI64IntegerAttr(layer_), mlir::TypeAttr::get(type)));
+  return symbols_[name] = mlir::FlatSymbolRefAttr::get(&ctx_, name);
+}
+
+mlir::Operation* Builder::make(llvm::StringRef name, mlir::ValueRange operands, mlir::TypeRange results,
+                                llvm::ArrayRef<NamedAttribute> attrs) {
+  std::string where = layer_ >= 0 ? "layers." + std::to_string(layer_) : std::string(name.drop_front(6));
+  mlir::OperationState st(mlir::NameLoc::get(b_.getStringAttr(where)), name);
+  st.addOperands(operands);
+  st.addTypes(results);
+  st.addAttributes(attrs);
+  if (layer_ >= 0) st.addAttribute("layer", b_.getI64IntegerAttr(layer_));
+  return b_.create(st);
+}
+
+Value Builder::begin(int64_t vocab) {
+  auto loc = mlir::NameLoc::get(b_.getStringAttr(m_.dir));
+  owned_ = mlir::ModuleOp::create(loc);
+  module_ = *owned_;
+  b_.setInsertionPointToEnd(module_.getBody());
+  auto ftype = b_.getFunctionType({irows(1)}, {rows(vocab)});
+  forward_ = mlir::func::FuncOp::create(b_, loc, "forward", ftype);
+  mlir::Block* body = forward_.addEntryBlock();
+  b_.setInsertionPointToStart(body);
+  return body->getArgument(0);
+}
+
+mlir::OwningOpRef<mlir::ModuleOp> Builder::finish(Value logits, llvm::StringRef family) {
+  mlir::func::ReturnOp::create(b_, mlir::NameLoc::get(b_.getStringAttr(m_.dir)), logits);
+  for (mlir::Operation* s : states_) s->moveBefore(forward_);  // weights, then states, then @forward
+
+  // Module attributes: what the plan records about the model and the checkpoint.
+  namespace fs = std::filesystem;
+  std::string dir = fs::absolute(fs::path(m_.dir)).lexically_normal().string();
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  llvm::SmallVector<mlir::Attribute> files;
+  auto u64 = b_.getIntegerType(64, /*isSigned=*/false);
+  for (const SafetensorsFile& f : m_.checkpoint.files()) {
+    fs::path rel = fs::path(f.path()).lexically_relative(fs::path(m_.dir));
+    if (rel.empty() || *rel.begin() == "..") rel = fs::path(f.path()).filename();
+    files.push_back(b_.getDictionaryAttr({str("path", rel.string()),
+                                          b_.getNamedAttr("size", b_.getIntegerAttr(u64, f.file_size())),
+                                          b_.getNamedAttr("header_hash", b_.getIntegerAttr(u64, f.header_hash()))}));
+  }
+  module_->setAttr("smelt.model_family", b_.getStringAttr(family));
+  // Compact JSON: the same normalised config as config_to_json, readable as one line in the IR.
+  module_->setAttr("smelt.config", b_.getStringAttr(nlohmann::ordered_json::parse(config_to_json(c_)).dump()));
+  module_->setAttr("smelt.checkpoint_files", b_.getArrayAttr(files));
+  module_->setAttr("smelt.model_dir", b_.getStringAttr(dir));
+  module_->setAttr("smelt.max_seq_len", b_.getI64IntegerAttr(max_seq_len_));
+
+  // Any verifier error here is an importer bug or a model the graph cannot express: report it as one line.
+  std::string diag;
+  {
+    mlir::ScopedDiagnosticHandler handler(&ctx_, [&](mlir::Diagnostic& d) {
+      if (diag.empty()) diag = d.str();
+      return mlir::success();
+    });
+    if (mlir::failed(mlir::verify(module_))) throw Error(m_.dir + ": the imported graph is invalid: " + diag);
+  }
+  return std::move(owned_);
+}
+
+namespace {
+
+// The V4 forward of docs/ops.md.
+class Importer : Builder {
  public:
-  Importer(mlir::MLIRContext& ctx, const ModelDescription& m, const ImportOptions& o)
-      : ctx_(ctx), m_(m), c_(m.config), o_(o), b_(&ctx) {}
-
+  using Builder::Builder;
   mlir::OwningOpRef<mlir::ModuleOp> run();
 
  private:
-  // Attributes
-  NamedAttribute i64(llvm::StringRef n, int64_t v) { return b_.getNamedAttr(n, b_.getI64IntegerAttr(v)); }
-  NamedAttribute f64(llvm::StringRef n, double v) { return b_.getNamedAttr(n, b_.getF64FloatAttr(v)); }
-  NamedAttribute str(llvm::StringRef n, llvm::StringRef v) { return b_.getNamedAttr(n, b_.getStringAttr(v)); }
-  NamedAttribute ref(llvm::StringRef role, const std::string& weight_name) {
-    return b_.getNamedAttr(role, weight(weight_name));
-  }
-  void rope_attrs(llvm::SmallVectorImpl<NamedAttribute>& a, const RopeParams& r) {
-    a.append({f64("theta", r.theta), f64("yarn_factor", r.yarn_factor), f64("yarn_beta_fast", r.beta_fast),
-              f64("yarn_beta_slow", r.beta_slow), i64("yarn_original_max_pos", r.original_max_pos)});
-  }
-
-  mlir::RankedTensorType rows(int64_t n) { return mlir::RankedTensorType::get({mlir::ShapedType::kDynamic, n}, b_.getF32Type()); }
-  mlir::RankedTensorType irows(int64_t n) { return mlir::RankedTensorType::get({mlir::ShapedType::kDynamic, n}, b_.getI32Type()); }
-
-  const TensorInfo& tensor(const std::string& name) const {
-    auto it = m_.tensors.find(name);
-    if (it == m_.tensors.end()) throw Error(m_.dir + ": the model has no tensor '" + name + "'");
-    return it->second;
-  }
-  int64_t rows_of(const std::string& name) const { return tensor(name).shape.at(0); }
-
-  mlir::FlatSymbolRefAttr weight(const std::string& name);
-  mlir::FlatSymbolRefAttr state(const std::string& name, llvm::StringRef kind, int64_t rows, int64_t width);
-
-  mlir::Operation* make(llvm::StringRef name, mlir::ValueRange operands, mlir::TypeRange results,
-                        llvm::ArrayRef<NamedAttribute> attrs);
-  Value make1(llvm::StringRef name, mlir::ValueRange operands, mlir::Type result, llvm::ArrayRef<NamedAttribute> attrs) {
-    return make(name, operands, result, attrs)->getResult(0);
-  }
-
   Value linear(Value x, const std::string& w) { return make1("smelt.linear", x, rows(rows_of(w)), {ref("weight", w)}); }
   Value rms_norm(Value x, const std::string& w, int64_t groups = 1) {
     llvm::SmallVector<NamedAttribute> a{f64("eps", c_.rms_norm_eps), i64("groups", groups)};
@@ -105,59 +167,9 @@ class Importer {
                   const std::string& pool);
   Value layer(Value X, Value ids, int L);
 
-  mlir::MLIRContext& ctx_;
-  const ModelDescription& m_;
-  const ModelConfig& c_;
-  const ImportOptions& o_;
-  mlir::OpBuilder b_;
-  mlir::ModuleOp module_;
-  mlir::func::FuncOp forward_;
   std::string prefix_;  // "layers.L." of the layer being built
-  int64_t layer_ = -1;
-  std::map<std::string, mlir::FlatSymbolRefAttr> symbols_;
-  std::vector<mlir::Operation*> states_;
   RopeParams main_rope_{}, compress_rope_{};
-  int64_t max_seq_len_ = 0;
 };
-
-mlir::FlatSymbolRefAttr Importer::weight(const std::string& name) {
-  if (auto it = symbols_.find(name); it != symbols_.end()) return it->second;
-  const TensorInfo& t = tensor(name);
-  mlir::Type elem = element_type(&ctx_, t.dtype);
-  bool quantized = t.dtype == DType::F8_E4M3 || t.dtype == DType::F8_E5M2 || t.dtype == DType::F8_E8M0 ||
-                   (t.dtype == DType::I8 && name.find(".experts.") != std::string::npos);
-  if (quantized)
-    throw Error(m_.dir + ": tensor '" + name + "' is stored as " + std::string(dtype_name(t.dtype)) +
-                " (quantized); the compiler does not lower quantized weights yet");
-  auto src = m_.source_names.find(name);
-  mlir::OpBuilder::InsertionGuard guard(b_);
-  b_.setInsertionPoint(forward_);
-  WeightOp::create(b_, b_.getUnknownLoc(), b_.getStringAttr(name),
-                   mlir::TypeAttr::get(mlir::RankedTensorType::get(t.shape, elem)),
-                   b_.getStringAttr(src != m_.source_names.end() ? src->second : t.name),
-                   b_.getI64IntegerAttr(t.file), b_.getI64IntegerAttr(int64_t(t.offset)), b_.getStringAttr(""));
-  return symbols_[name] = mlir::FlatSymbolRefAttr::get(&ctx_, name);
-}
-
-mlir::FlatSymbolRefAttr Importer::state(const std::string& name, llvm::StringRef kind, int64_t rows, int64_t width) {
-  mlir::OpBuilder::InsertionGuard guard(b_);
-  b_.setInsertionPoint(forward_);
-  auto type = mlir::RankedTensorType::get({rows, width}, b_.getF32Type());
-  states_.push_back(StateOp::create(b_, b_.getUnknownLoc(), b_.getStringAttr(name), b_.getStringAttr(kind),
-                                    b_.getI64IntegerAttr(layer_), mlir::TypeAttr::get(type)));
-  return symbols_[name] = mlir::FlatSymbolRefAttr::get(&ctx_, name);
-}
-
-mlir::Operation* Importer::make(llvm::StringRef name, mlir::ValueRange operands, mlir::TypeRange results,
-                                llvm::ArrayRef<NamedAttribute> attrs) {
-  std::string where = layer_ >= 0 ? "layers." + std::to_string(layer_) : std::string(name.drop_front(6));
-  mlir::OperationState st(mlir::NameLoc::get(b_.getStringAttr(where)), name);
-  st.addOperands(operands);
-  st.addTypes(results);
-  st.addAttributes(attrs);
-  if (layer_ >= 0) st.addAttribute("layer", b_.getI64IntegerAttr(layer_));
-  return b_.create(st);
-}
 
 std::array<Value, 3> Importer::hc_mix(Value X, const std::string& site) {
   const int64_t n = c_.hc_mult;
@@ -274,8 +286,6 @@ Value Importer::layer(Value X, Value ids, int L) {
 
 mlir::OwningOpRef<mlir::ModuleOp> Importer::run() {
   const std::string cfg = m_.dir + "/config.json";
-  if (c_.family != ModelFamily::DeepseekV4)
-    throw Error(cfg + ": model_type '" + c_.model_type + "': the importer builds DeepSeek-V4 graphs only so far");
   const int layers = c_.num_hidden_layers;
   if ((int)c_.compress_ratios.size() != layers || (int)c_.hash_moe.size() != layers)
     throw Error(cfg + ": compress_ratios and the hash-MoE layer list need one entry per layer (" +
@@ -293,17 +303,7 @@ mlir::OwningOpRef<mlir::ModuleOp> Importer::run() {
     compress_rope_ = {c_.compress_rope_theta, c_.yarn.factor, c_.yarn.beta_fast, c_.yarn.beta_slow,
                       int64_t(c_.yarn.original_max_position_embeddings)};
 
-  auto loc = mlir::NameLoc::get(b_.getStringAttr(m_.dir));
-  mlir::OwningOpRef<mlir::ModuleOp> module = mlir::ModuleOp::create(loc);
-  module_ = *module;
-  b_.setInsertionPointToEnd(module_.getBody());
-  const int64_t V = rows_of("head.weight");
-  auto ftype = b_.getFunctionType({irows(1)}, {rows(V)});
-  forward_ = mlir::func::FuncOp::create(b_, loc, "forward", ftype);
-  mlir::Block* body = forward_.addEntryBlock();
-  b_.setInsertionPointToStart(body);
-  Value ids = body->getArgument(0);
-
+  Value ids = begin(rows_of("head.weight"));
   Value x = make1("smelt.embedding", ids, rows(c_.hidden_size), {ref("embed", "embed.weight")});
   Value X = make1("smelt.hc_init", x, rows(c_.hc_mult * c_.hidden_size), {i64("hc_mult", c_.hc_mult)});
   if (o_.progress) o_.progress("importing " + std::to_string(layers) + " layers");
@@ -312,42 +312,11 @@ mlir::OwningOpRef<mlir::ModuleOp> Importer::run() {
                   {ref("fn", "hc_head_fn"), ref("base", "hc_head_base"), ref("scale", "hc_head_scale"),
                    i64("hc_mult", c_.hc_mult), f64("hc_eps", c_.hc_eps), f64("norm_eps", c_.rms_norm_eps)});
   Value logits = linear(rms_norm(h, "norm.weight"), "head.weight");
-  mlir::func::ReturnOp::create(b_, loc, logits);
-  for (mlir::Operation* s : states_) s->moveBefore(forward_);  // weights, then states, then @forward
-
-  // Module attributes: what the plan records about the model and the checkpoint.
-  namespace fs = std::filesystem;
-  std::string dir = fs::absolute(fs::path(m_.dir)).lexically_normal().string();
-  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-  llvm::SmallVector<mlir::Attribute> files;
-  auto u64 = b_.getIntegerType(64, /*isSigned=*/false);
-  for (const SafetensorsFile& f : m_.checkpoint.files()) {
-    fs::path rel = fs::path(f.path()).lexically_relative(fs::path(m_.dir));
-    if (rel.empty() || *rel.begin() == "..") rel = fs::path(f.path()).filename();
-    files.push_back(b_.getDictionaryAttr({str("path", rel.string()),
-                                          b_.getNamedAttr("size", b_.getIntegerAttr(u64, f.file_size())),
-                                          b_.getNamedAttr("header_hash", b_.getIntegerAttr(u64, f.header_hash()))}));
-  }
-  module_->setAttr("smelt.model_family", b_.getStringAttr("deepseek_v4"));
-  // Compact JSON: the same normalised config as config_to_json, readable as one line in the IR.
-  module_->setAttr("smelt.config", b_.getStringAttr(nlohmann::ordered_json::parse(config_to_json(c_)).dump()));
-  module_->setAttr("smelt.checkpoint_files", b_.getArrayAttr(files));
-  module_->setAttr("smelt.model_dir", b_.getStringAttr(dir));
-  module_->setAttr("smelt.max_seq_len", b_.getI64IntegerAttr(max_seq_len_));
-
-  // Any verifier error here is an importer bug or a model the graph cannot express: report it as one line.
-  std::string diag;
-  {
-    mlir::ScopedDiagnosticHandler handler(&ctx_, [&](mlir::Diagnostic& d) {
-      if (diag.empty()) diag = d.str();
-      return mlir::success();
-    });
-    if (mlir::failed(mlir::verify(module_))) throw Error(m_.dir + ": the imported graph is invalid: " + diag);
-  }
-  return module;
+  return finish(logits, "deepseek_v4");
 }
 
 }  // namespace
+}  // namespace import_detail
 
 int64_t default_max_seq_len(const ModelConfig& c) {
   int64_t n = 4096;
@@ -361,7 +330,10 @@ mlir::OwningOpRef<mlir::ModuleOp> import_model(mlir::MLIRContext& ctx, const Mod
   register_dialects(registry);
   ctx.appendDialectRegistry(registry);
   ctx.loadAllAvailableDialects();
-  return Importer(ctx, m, options).run();
+  if (m.config.family == ModelFamily::DeepseekV41) return import_detail::import_v41(ctx, m, options);
+  if (m.config.family != ModelFamily::DeepseekV4)
+    throw Error(m.dir + "/config.json: model_type '" + m.config.model_type + "': no importer for this family");
+  return import_detail::Importer(ctx, m, options).run();
 }
 
 void register_dialects(mlir::DialectRegistry& registry) {

@@ -1,7 +1,8 @@
 // Importer: a model description (frontends/model.h) -> a module in the smelt dialect with
 //   - one smelt.weight per checkpoint tensor the forward uses (in order of first use),
 //   - one smelt.state per piece of per-sequence state,
-//   - func.func @forward(%ids: tensor<?x1xi32>) -> tensor<?xVxf32>: the V4 forward of docs/ops.md,
+//   - func.func @forward(%ids: tensor<?x1xi32>) -> tensor<?xVxf32>: the V4 forward of docs/ops.md, or for
+//     DeepSeek-V4.1 the backbone (+ Engram) forward of the official inference code (importer_v41.cc),
 //   - module attributes smelt.model_family, smelt.config, smelt.checkpoint_files, smelt.model_dir,
 //     smelt.max_seq_len.
 #pragma once
@@ -19,6 +20,7 @@ namespace smelt {
 
 struct ImportOptions {
   int64_t max_seq_len = 0;                          // state is sized for this many positions (0: default)
+  bool capture_intermediates = false;               // V4.1: smelt.capture of every block's stream and pre
   std::function<void(const std::string&)> progress;  // optional progress lines
 };
 

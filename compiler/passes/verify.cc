@@ -61,10 +61,23 @@ struct Verifier {
         continue;
       }
       ++weight_uses_count[w];
-      bool integer = llvm::isa<mlir::IntegerType>(w.getTensorType().getElementType());
-      if (integer != (u.role == "tid2eid"))
-        error(op) << "weight '" << u.role << "' " << u.ref << " has element type " << w.getTensorType().getElementType()
-                  << "; expected " << (u.role == "tid2eid" ? "an integer" : "a float") << " type";
+      mlir::Type e = w.getTensorType().getElementType();
+      bool integer = llvm::isa<mlir::IntegerType>(e), e8m0 = llvm::isa<mlir::Float8E8M0FNUType>(e);
+      bool plain_float = llvm::isa<mlir::FloatType>(e) && !e8m0 && !llvm::isa<mlir::Float8E4M3FNType>(e);
+      const char* want = nullptr;
+      switch (u.cls) {
+        case WeightClass::Float: want = plain_float ? nullptr : "a float"; break;
+        case WeightClass::Integer: want = integer && !e.isInteger(8) ? nullptr : "an integer (i32 / i64)"; break;
+        case WeightClass::Quantized:
+          want = plain_float || llvm::isa<mlir::Float8E4M3FNType>(e) || e.isInteger(8)
+                     ? nullptr
+                     : "a float, f8E4M3FN or i8 (packed FP4)";
+          break;
+        case WeightClass::Scale: want = e8m0 ? nullptr : "an f8E8M0FNU (block scale)"; break;
+      }
+      if (want)
+        error(op) << "weight '" << u.role << "' " << u.ref << " has element type " << e << "; expected " << want
+                  << " type";
     }
   }
 
@@ -74,6 +87,13 @@ struct Verifier {
     if (auto o = llvm::dyn_cast<SparseAttentionOp>(op))
       return {role == "window_ring" ? o.getWindow() : -1, o.getHeadDim()};
     if (auto o = llvm::dyn_cast<IndexerTopkOp>(op)) return {-1, o.getHeadDim()};
+    if (auto o = llvm::dyn_cast<IndexerV41Op>(op)) return {-1, o.getHeadDim()};
+    if (auto o = llvm::dyn_cast<EngramHashOp>(op)) return {o.getMaxNgram(), 1};
+    if (auto o = llvm::dyn_cast<KvCompressorOp>(op)) {
+      if (role == "ring") return {o.getRatio(), 2 * o.getHeadDim()};
+      int64_t rows = max_seq_len > 0 ? max_seq_len / o.getRatio() : -1;
+      return {rows, role == "index_pool" ? o.getIndexHeadDim() : o.getHeadDim()};
+    }
     auto o = llvm::cast<CompressorOp>(op);
     if (role == "compressor_ring") return {2 * o.getRatio(), 2 * (1 + o.getOverlap()) * o.getHeadDim()};
     return {max_seq_len > 0 ? max_seq_len / o.getRatio() : -1, o.getHeadDim()};
@@ -90,7 +110,7 @@ struct Verifier {
                           : std::string("is not defined in the module"));
         continue;
       }
-      bool writes = llvm::isa<CompressorOp>(op) || llvm::isa<WindowKvUpdateOp>(op);
+      bool writes = writes_states(op);
       if (writes) {
         auto [it, fresh] = state_writer.emplace(s, op);
         if (!fresh) {
@@ -104,7 +124,9 @@ struct Verifier {
         llvm::interleave(u.kinds, d, " or ");
         continue;
       }
-      if (s.getLayer() != layer_of(op))
+      // Writers own their state; readers may also read an earlier layer's pools (a V4.1 KV source's).
+      bool shared_read = !writes && (u.role == "pool" || u.role == "index_pool") && s.getLayer() < layer_of(op);
+      if (s.getLayer() != layer_of(op) && !shared_read && !(llvm::isa<EngramHashOp>(op) && layer_of(op) < 0))
         error(op) << "uses state " << u.ref << " of layer " << s.getLayer() << " from layer " << layer_of(op);
       auto [rows, width] = expected_state_shape(op, u.role);
       auto shape = s.getTensorType().getShape();
@@ -161,14 +183,20 @@ struct Verifier {
       error(update) << "updates " << update.getWindowRingAttr() << " but the attention reads "
                     << attn.getWindowRingAttr();
     if (update.getKv() != attn.getKv()) error(update) << "stores a different kv than the attention attends to";
-    for (Operation* op : ops)
-      if (auto c = llvm::dyn_cast<CompressorOp>(op); c && c.getRatio() != attn.getRatio())
-        error(op) << "has ratio " << c.getRatio() << " but the layer's attention has ratio " << attn.getRatio();
+    for (Operation* op : ops) {
+      int64_t ratio = -1;
+      if (auto c = llvm::dyn_cast<CompressorOp>(op)) ratio = c.getRatio();
+      if (auto c = llvm::dyn_cast<KvCompressorOp>(op)) ratio = c.getRatio();
+      if (ratio >= 0 && ratio != attn.getRatio())
+        error(op) << "has ratio " << ratio << " but the layer's attention has ratio " << attn.getRatio();
+    }
     if (auto idx = attn.getIdx()) {
-      auto topk = idx.getDefiningOp<IndexerTopkOp>();
-      if (!topk) error(attn) << "idx must come from a smelt.indexer_topk";
-      else if (topk.getRatio() != attn.getRatio())
-        error(attn) << "idx comes from an indexer with ratio " << topk.getRatio() << ", attention has " << attn.getRatio();
+      int64_t ratio = -1;
+      if (auto topk = idx.getDefiningOp<IndexerTopkOp>()) ratio = topk.getRatio();
+      if (auto v41 = idx.getDefiningOp<IndexerV41Op>()) ratio = v41.getRatio();
+      if (ratio < 0) error(attn) << "idx must come from a smelt.indexer_topk or smelt.indexer_v41";
+      else if (ratio != attn.getRatio())
+        error(attn) << "idx comes from an indexer with ratio " << ratio << ", attention has " << attn.getRatio();
     }
   }
 

@@ -2,11 +2,41 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <new>
+
+#include "kernels/bf16.h"
 
 namespace smelt::runtime::cpu {
 
 void CpuBackend::FreeDeleter::operator()(uint8_t* p) const { std::free(p); }
+
+void CaptureTable::append(const std::string& name, const std::vector<int64_t>& row_shape, const float* x, int rows,
+                          int64_t row_elems) {
+  Entry* e = nullptr;
+  for (Entry& have : entries)
+    if (have.name == name) e = &have;
+  if (!e) {
+    entries.push_back({name, row_shape.empty() ? std::vector<int64_t>{row_elems} : row_shape, 0, {}});
+    e = &entries.back();
+  }
+  e->data.insert(e->data.end(), x, x + int64_t(rows) * row_elems);
+  e->rows += rows;
+}
+
+kernels::QuantWeight quant_weight(const Plan& plan, int w_id, const uint8_t* w, int s_id, const uint8_t* s) {
+  kernels::QuantWeight q;
+  q.weight = w;
+  q.scale = s;
+  if (plan.fb().weights()->Get(w_id)->dtype() == smelt::plan::DType::I8) {
+    q.format = kernels::WeightFormat::FP4_E2M1;
+    q.block = 32;
+  } else {
+    q.format = kernels::WeightFormat::FP8_E4M3;
+    q.block = fp8_weight_block(plan.weight_shape(w_id), plan.weight_shape(s_id));  // validated at load
+  }
+  return q;
+}
 
 CpuBackend::CpuBackend(const Plan& plan, const Weights& weights) : plan_(plan) {
   const smelt::plan::Plan& p = plan.fb();
@@ -44,31 +74,48 @@ CpuBackend::CpuBackend(const Plan& plan, const Weights& weights) : plan_(plan) {
       po.in_w[j] = plan.row_elems(op.inputs[j]);
     }
     for (size_t j = 0; j < op.outputs.size(); ++j) {
+      if (op.outputs[j] < 0) continue;  // absent optional output
       uint8_t* b = buffer(op.outputs[j]);
       if (op.spec->outputs[j].type == 'i') po.out_i[j] = reinterpret_cast<int32_t*>(b);
       else po.out[j] = reinterpret_cast<float*>(b);
       po.out_w[j] = plan.row_elems(op.outputs[j]);
     }
-    // moe_experts lists 3 weights per expert; its handler reads them from w1/w2/w3 (set below).
+    // moe_experts lists 3 weights per expert (6 with scales); its handler reads them from w1/w2/w3 or
+    // q1/q2/q3 (set below).
     size_t n_w = op.spec->weights_repeat ? 0 : op.weights.size();
+    if (n_w > std::size(po.w)) plan.fail(op, "has more weights than the cpu backend holds per op");
     for (size_t j = 0; j < n_w; ++j) {
       int id = op.weights[j];
       if (id < 0) continue;
       po.w[j] = weights.f32(id);
       po.w_i[j] = weights.i32(id);
+      po.w_raw[j] = weights.raw(id);
       po.w_rows[j] = plan.weight_shape(id).empty() ? 1 : plan.weight_shape(id)[0];
     }
-    if (op.spec->weights_repeat)
+    if (op.spec->weights_repeat && op.scaled) {
+      auto q = [&](size_t j) {
+        return quant_weight(plan, op.weights[j], weights.raw(op.weights[j]), op.weights[j + 1],
+                            weights.raw(op.weights[j + 1]));
+      };
+      for (size_t j = 0; j + 5 < op.weights.size(); j += 6) {
+        po.q1.push_back(q(j));
+        po.q2.push_back(q(j + 2));
+        po.q3.push_back(q(j + 4));
+      }
+    } else if (op.spec->weights_repeat) {
       for (size_t j = 0; j + 2 < op.weights.size(); j += 3) {
         po.w1.push_back(weights.f32(op.weights[j]));
         po.w2.push_back(weights.f32(op.weights[j + 1]));
         po.w3.push_back(weights.f32(op.weights[j + 2]));
       }
+    }
+    if (op.states.size() > std::size(po.state)) plan.fail(op, "has more states than the cpu backend holds per op");
     for (size_t j = 0; j < op.states.size(); ++j) {
       if (op.states[j] < 0) continue;
       po.state[j] = states_[op.states[j]].data();
       po.state_rows[j] = plan.state_shape(op.states[j])[0];
     }
+    po.round_bf16 = op.s("round") == "bf16";
     prepare_op(plan, op, po);
   }
 }
@@ -86,8 +133,13 @@ void CpuBackend::run(int64_t p0, int rows) {
     plan_.fail("the sequence would reach " + std::to_string(p0 + rows) + " tokens but the plan was compiled for " +
                "max_seq_len " + std::to_string(plan_.max_seq_len()));
   for (int r = 0; r < rows; ++r) positions_[r] = p0 + r;
-  ExecContext ctx{p0, rows, positions_.data()};
-  for (const PreparedOp& op : ops_) op.run(op, ctx);
+  ExecContext ctx{p0, rows, positions_.data(), capturing_ ? &captures_ : nullptr};
+  for (const PreparedOp& op : ops_) {
+    op.run(op, ctx);
+    if (op.round_bf16)
+      for (size_t j = 0; j < std::size(op.out); ++j)
+        if (op.out[j]) kernels::round_bf16_inplace(op.out[j], size_t(rows) * size_t(op.out_w[j]));
+  }
 }
 
 void CpuBackend::reset_state() {

@@ -12,17 +12,34 @@
 
 #include "kernels/attention/reference.h"
 #include "kernels/compressor/reference.h"
+#include "kernels/engram/hash.h"
+#include "kernels/engram/reference.h"
 #include "kernels/indexer/reference.h"
+#include "kernels/linear/reference.h"
 #include "kernels/moe/reference.h"
 #include "runtime/plan.h"
 #include "runtime/weights.h"
 
 namespace smelt::runtime::cpu {
 
+// What smelt.capture ops recorded: per name, the rows of every chunk run while capturing, in order.
+struct CaptureTable {
+  struct Entry {
+    std::string name;
+    std::vector<int64_t> row_shape;  // the shape of one row (default: [row_elems])
+    int64_t rows = 0;
+    std::vector<float> data;         // rows x prod(row_shape)
+  };
+  std::vector<Entry> entries;  // in the order the names were first captured
+  void append(const std::string& name, const std::vector<int64_t>& row_shape, const float* x, int rows,
+              int64_t row_elems);
+};
+
 struct ExecContext {
   int64_t p0 = 0;                      // tokens of this sequence already seen
   int rows = 0;                        // rows of this chunk (positions p0 .. p0+rows-1)
   const int64_t* positions = nullptr;  // [rows] absolute positions (RoPE)
+  CaptureTable* captures = nullptr;    // where smelt.capture writes; nullptr = not capturing
 };
 
 struct PreparedOp;
@@ -38,11 +55,13 @@ struct PreparedOp {
   float* out[3] = {};
   int32_t* out_i[3] = {};
   int64_t in_w[4] = {}, out_w[3] = {};  // row_elems
-  const float* w[4] = {};               // float weights
-  const int32_t* w_i[4] = {};           // integer weights
-  int64_t w_rows[4] = {};               // first dimension of each weight
-  float* state[2] = {};
-  int64_t state_rows[2] = {};
+  const float* w[8] = {};               // float weights
+  const int32_t* w_i[8] = {};           // integer weights
+  const uint8_t* w_raw[8] = {};         // quantized weights and scales (F8_E4M3, I8, F8_E8M0), as stored
+  int64_t w_rows[8] = {};               // first dimension of each weight
+  float* state[4] = {};
+  int64_t state_rows[4] = {};
+  bool round_bf16 = false;              // round every float output to bf16 after the op (`round`)
   // Attributes the simple ops use.
   int hc_mult = 0, sinkhorn_iters = 0, groups = 1, heads = 0, head_dim = 0, rope_dim = 0, window = 0;
   bool inverse = false;
@@ -55,6 +74,21 @@ struct PreparedOp {
   kernels::MoeRouteArgs route;
   std::vector<const float*> w1, w2, w3;  // moe experts
   int n_experts = 0, topk = 0, inter = 0;
+  // V4.1
+  kernels::QuantWeight qw;                          // linear on a quantized weight (qw.weight != nullptr)
+  bool act_quant = false;
+  float scale_after = 1.f;
+  std::vector<kernels::QuantWeight> q1, q2, q3;     // quantized experts / shared expert
+  std::vector<float> owned;                         // a weight dequantized at load (wo_a)
+  kernels::KvCompressorV41Args kv_compressor;
+  kernels::IndexerV41Args indexer_v41;
+  kernels::engram::EngramArgs engram;
+  kernels::engram::EngramHashLayout hash_layout;
+  int64_t hash_pad = 0, hash_vocab = 0;             // pad_id's compressed id; compressed vocab size
+  int fq_mode = 0, fq_channels = 0;                 // fake_quant: mode index, quantized channels per head
+  int layer_index = 0;                              // engram: its column block of the hash ids
+  std::string capture_name;
+  std::vector<int64_t> capture_shape;
 };
 
 class CpuBackend {
@@ -68,6 +102,12 @@ class CpuBackend {
   // Runs every op over `rows` rows at positions p0 .. p0+rows-1; afterwards logits() holds [rows, vocab].
   void run(int64_t p0, int rows);
   const float* logits() const;
+  // Buffer `id` of the last chunk (rows x row_elems at its arena offset), for tests and tools.
+  const uint8_t* buffer_bytes(int id) const { return buffer(id); }
+
+  // While on, smelt.capture ops append their rows to captures() (off by default: no copies).
+  void set_capturing(bool on) { capturing_ = on; }
+  CaptureTable& captures() { return captures_; }
 
   void reset_state();  // zero every state (a new sequence)
   uint64_t state_bytes() const;
@@ -83,6 +123,8 @@ class CpuBackend {
   std::vector<std::vector<float>> states_;
   std::vector<PreparedOp> ops_;
   std::vector<int64_t> positions_;
+  CaptureTable captures_;
+  bool capturing_ = false;
 
   uint8_t* buffer(int id) const;
 };
@@ -90,5 +132,15 @@ class CpuBackend {
 // Fills `p` for op `op` (runtime/cpu/ops.cc). Pointers into the arena, states and weights are resolved
 // by the caller; this sets the handler and the per-op attributes and kernel arguments.
 void prepare_op(const Plan& plan, const OpRef& op, PreparedOp& p);
+// The same for the V4.1 ops (runtime/cpu/ops_v41.cc), and for the V4.1 forms of linear / grouped_linear /
+// moe_experts / swiglu_mlp (quantized weights).
+void prepare_op_v41(const Plan& plan, const OpRef& op, PreparedOp& p);
+
+// The RoPE inverse frequencies of a rope / compressor op (`v41`: the official V4.1 table).
+std::vector<float> inv_freq(const OpRef& op, bool v41);
+
+// A quantized weight of the plan (weight id `w_id` at bytes `w`, its scale `s_id` at bytes `s`) as the
+// kernels take it: FP4 for I8 storage, else FP8 with the block its scale shape implies.
+kernels::QuantWeight quant_weight(const Plan& plan, int w_id, const uint8_t* w, int s_id, const uint8_t* s);
 
 }  // namespace smelt::runtime::cpu

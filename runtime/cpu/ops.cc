@@ -42,8 +42,13 @@ void run_hc_mix(const PreparedOp& p, const ExecContext& c) {
                   p.hc_eps, p.eps, p.out[0], p.out[1], p.out[2]);
 }
 
+void run_hc_mix_v41(const PreparedOp& p, const ExecContext& c) {
+  kernels::hc_mix_v41(p.in[0], c.rows, p.hc_mult, int(p.in_w[0] / p.hc_mult), p.w[0], p.w[1], p.w[2],
+                      p.sinkhorn_iters, p.hc_eps, p.eps, p.out[0], p.out[1], p.out[2]);
+}
+
 void run_hc_collapse(const PreparedOp& p, const ExecContext& c) {
-  kernels::hc_collapse(p.in[0], p.in[1], c.rows, p.hc_mult, int(p.out_w[0]), p.out[0]);
+  kernels::hc_collapse(p.in[0], p.in[1], c.rows, p.hc_mult, int(p.out_w[0]), p.out[0]);  // no pre: one-hot
 }
 
 void run_hc_expand(const PreparedOp& p, const ExecContext& c) {
@@ -59,7 +64,12 @@ void run_rms_norm(const PreparedOp& p, const ExecContext& c) {
 }
 
 void run_linear(const PreparedOp& p, const ExecContext& c) {
-  kernels::linear(p.in[0], p.w[0], p.out[0], c.rows, int(p.in_w[0]), int(p.out_w[0]));
+  if (p.qw.weight)
+    kernels::linear_quant(p.in[0], c.rows, int(p.in_w[0]), int(p.out_w[0]), p.qw, p.act_quant, p.out[0]);
+  else
+    kernels::linear(p.in[0], p.w[0], p.out[0], c.rows, int(p.in_w[0]), int(p.out_w[0]));
+  if (p.scale_after != 1.f)
+    for (int64_t k = 0, n = c.rows * p.out_w[0]; k < n; ++k) p.out[0][k] *= p.scale_after;
 }
 
 void run_grouped_linear(const PreparedOp& p, const ExecContext& c) {
@@ -104,12 +114,19 @@ void run_moe_route(const PreparedOp& p, const ExecContext& c) {
 
 void run_moe_experts(const PreparedOp& p, const ExecContext& c) {
   check_indices(p, p.in_i[2], int64_t(c.rows) * p.topk, 0, p.n_experts, "expert index");
-  kernels::moe_experts(p.in[0], c.rows, int(p.in_w[0]), p.inter, p.w1.data(), p.w2.data(), p.w3.data(), p.n_experts,
-                       p.in[1], p.in_i[2], p.topk, p.limit, p.out[0]);
+  if (!p.q1.empty())
+    kernels::moe_experts_v41(p.in[0], c.rows, int(p.in_w[0]), p.inter, p.q1.data(), p.q2.data(), p.q3.data(),
+                             p.n_experts, p.in[1], p.in_i[2], p.topk, p.limit, p.out[0]);
+  else
+    kernels::moe_experts(p.in[0], c.rows, int(p.in_w[0]), p.inter, p.w1.data(), p.w2.data(), p.w3.data(),
+                         p.n_experts, p.in[1], p.in_i[2], p.topk, p.limit, p.out[0]);
 }
 
 void run_swiglu_mlp(const PreparedOp& p, const ExecContext& c) {
-  kernels::swiglu_mlp(p.in[0], c.rows, int(p.in_w[0]), p.inter, p.w[0], p.w[1], p.w[2], p.limit, p.out[0]);
+  if (!p.q1.empty())
+    kernels::swiglu_mlp_v41(p.in[0], c.rows, int(p.in_w[0]), p.inter, p.q1[0], p.q2[0], p.q3[0], p.limit, p.out[0]);
+  else
+    kernels::swiglu_mlp(p.in[0], c.rows, int(p.in_w[0]), p.inter, p.w[0], p.w[1], p.w[2], p.limit, p.out[0]);
 }
 
 void run_add(const PreparedOp& p, const ExecContext& c) {
@@ -117,7 +134,9 @@ void run_add(const PreparedOp& p, const ExecContext& c) {
   for (int64_t k = 0; k < n; ++k) p.out[0][k] = p.in[0][k] + p.in[1][k];
 }
 
-std::vector<float> inv_freq(const OpRef& op) {
+}  // namespace
+
+std::vector<float> inv_freq(const OpRef& op, bool v41) {
   kernels::RopeParams r;
   r.rope_dim = int(op.i("rope_dim"));
   r.theta = op.f("theta");
@@ -125,8 +144,10 @@ std::vector<float> inv_freq(const OpRef& op) {
   r.yarn_beta_fast = op.f("yarn_beta_fast");
   r.yarn_beta_slow = op.f("yarn_beta_slow");
   r.yarn_original_max_pos = double(op.i("yarn_original_max_pos"));
-  return kernels::rope_inv_freq(r);
+  return v41 ? kernels::rope_inv_freq_v41(r) : kernels::rope_inv_freq(r);
 }
+
+namespace {
 
 kernels::Scoring scoring(const std::string& s) {
   if (s == "softmax") return kernels::Scoring::Softmax;
@@ -146,7 +167,7 @@ void prepare_op(const Plan& plan, const OpRef& op, PreparedOp& p) {
       p.hc_mult = int(op.i("hc_mult"));
       break;
     case OpKind::HcMix:
-      p.run = run_hc_mix;
+      p.run = op.s("variant") == "v41" ? run_hc_mix_v41 : run_hc_mix;
       p.hc_mult = int(op.i("hc_mult"));
       p.sinkhorn_iters = int(op.i("sinkhorn_iters"));
       p.hc_eps = float(op.f("hc_eps"));
@@ -173,10 +194,12 @@ void prepare_op(const Plan& plan, const OpRef& op, PreparedOp& p) {
       break;
     case OpKind::Linear:
       p.run = run_linear;
+      prepare_op_v41(plan, op, p);  // quantized weight, act_quant, scale_after
       break;
     case OpKind::GroupedLinear:
       p.run = run_grouped_linear;
       p.groups = int(op.i("groups"));
+      prepare_op_v41(plan, op, p);  // an FP8 weight is dequantized here, once
       break;
     case OpKind::Rope:
       p.run = run_rope;
@@ -184,7 +207,7 @@ void prepare_op(const Plan& plan, const OpRef& op, PreparedOp& p) {
       p.head_dim = int(op.i("head_dim"));
       p.rope_dim = int(op.i("rope_dim"));
       p.inverse = op.i("inverse") != 0;
-      p.inv_freq = inv_freq(op);
+      p.inv_freq = inv_freq(op, op.s("variant") == "v41");
       break;
     case OpKind::WindowKvUpdate:
       p.run = run_window_kv_update;
@@ -192,7 +215,7 @@ void prepare_op(const Plan& plan, const OpRef& op, PreparedOp& p) {
       break;
     case OpKind::Compressor: {
       p.run = run_compressor;
-      p.inv_freq = inv_freq(op);
+      p.inv_freq = inv_freq(op, false);
       kernels::CompressorArgs& a = p.compressor;
       a.ratio = int(op.i("ratio"));
       a.head_dim = int(op.i("head_dim"));
@@ -234,6 +257,7 @@ void prepare_op(const Plan& plan, const OpRef& op, PreparedOp& p) {
       a.window = int(op.i("window"));
       a.ratio = int(op.i("ratio"));
       a.pool = p.state[1];
+      a.numerics_v41 = op.s("numerics") == "v41";
       break;
     }
     case OpKind::MoeRoute: {
@@ -271,9 +295,13 @@ void prepare_op(const Plan& plan, const OpRef& op, PreparedOp& p) {
       p.run = run_swiglu_mlp;
       p.limit = float(op.f("swiglu_limit"));
       p.inter = int(p.w_rows[0]);
+      prepare_op_v41(plan, op, p);  // quantized weights
       break;
     case OpKind::Add:
       p.run = run_add;
+      break;
+    default:
+      prepare_op_v41(plan, op, p);
       break;
   }
 }

@@ -168,7 +168,7 @@ func.func @experts_shapes(%x: tensor<?x16xf32>, %w: tensor<?x1xf32>, %i: tensor<
 
 // -----
 
-// expected-error @below {{state @s has unknown kind 'ring' (expected window_ring, compressor_ring, compressed_pool or index_pool)}}
+// expected-error @below {{state @s has unknown kind 'ring' (expected window_ring, compressor_ring, compressed_pool, index_pool or engram_history)}}
 smelt.state @s "ring" layer 0 : tensor<4x16xf32>
 
 // -----

@@ -10,3 +10,9 @@ config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = config.smelt_test_exec_root
 config.environment["PATH"] = os.pathsep.join(
     [config.smelt_tools_dir, config.llvm_tools_dir, config.environment.get("PATH", os.environ.get("PATH", ""))])
+
+# The V4.1 goldens (read-only, beside the checkout): tests that use them say `REQUIRES: v41-goldens`.
+goldens = getattr(config, "smelt_goldens_v41", "")
+if goldens and os.path.exists(os.path.join(goldens, "tiny_backbone", "model.safetensors")):
+    config.available_features.add("v41-goldens")
+    config.substitutions.append(("%goldens", goldens))

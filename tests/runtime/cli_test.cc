@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -141,6 +142,43 @@ TEST_F(Cli, LogitsFile) {
   // Without --decode-ids only prompt_logits is written.
   ASSERT_EQ(run("logits " + plan + " --prompt-ids 3 --out " + out).code, 0);
   EXPECT_EQ(SafetensorsFile::open(out).tensors().size(), 1u);
+}
+
+TEST_F(Cli, CapturesFile) {
+  // A plan with a capture of the embedding rows: prefill.x [5, 2, 3] and decode<s>.x [1, 2, 3].
+  testing::PlanBuilder b;
+  testing::Uniform u(3);
+  int embed = b.weight("embed.weight", {11, 6}, u.vec(66, -1, 1)), head = b.weight("head.weight", {11, 6}, u.vec(66, -1, 1));
+  b.token_ids = b.buffer("ids", 1, plan::DType::I32);
+  int x = b.buffer("x", 6);
+  b.logits = b.buffer("logits", 11);
+  b.op({"smelt.embedding", -1, {b.token_ids}, {x}, {embed}, {}, {}});
+  b.op({"smelt.capture", 0, {x}, {}, {}, {}, {testing::S("name", "block0.x"), testing::N("row_shape", {2, 3})}});
+  b.op({"smelt.linear", -1, {x}, {b.logits}, {head}, {}, {}});
+  TempDir d;
+  b.write(d.str("cap.smelt"), d.str());
+  std::string out = d.str("logits.safetensors"), cap = d.str("caps.safetensors");
+  Result r = run("logits " + d.str("cap.smelt") + " --prompt-ids 3,1,4,1,5 --decode-ids 9,2 --chunk 2 --out " + out +
+                 " --captures " + cap);
+  ASSERT_EQ(r.code, 0) << r.err;
+  SafetensorsFile f = SafetensorsFile::open(cap);
+  std::map<std::string, const TensorInfo*> by_name;
+  for (const TensorInfo& t : f.tensors()) by_name[t.name] = &t;
+  ASSERT_EQ(by_name.size(), 3u);
+  auto expect_rows = [&](const std::string& name, std::vector<int> ids) {
+    ASSERT_TRUE(by_name.count(name)) << name;
+    const TensorInfo& t = *by_name[name];
+    EXPECT_EQ(t.dtype, DType::F32);
+    EXPECT_EQ(t.shape, (std::vector<int64_t>{int64_t(ids.size()), 2, 3})) << name;
+    const float* got = reinterpret_cast<const float*>(f.mapping()->data() + t.offset);
+    for (size_t r = 0; r < ids.size(); ++r)
+      for (int k = 0; k < 6; ++k) EXPECT_EQ(got[r * 6 + k], b.values(embed)[ids[r] * 6 + k]) << name << " row " << r;
+  };
+  expect_rows("prefill.block0.x", {3, 1, 4, 1, 5});
+  expect_rows("decode0.block0.x", {9});
+  expect_rows("decode1.block0.x", {2});
+  // A plan without capture ops cannot write captures.
+  expect_error(run("logits " + plan + " --prompt-ids 3 --out " + out + " --captures " + cap), 1, "--capture-intermediates");
 }
 
 TEST_F(Cli, InspectAndBench) {

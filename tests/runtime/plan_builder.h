@@ -23,14 +23,16 @@ namespace smelt::runtime::testing {
 
 struct AttrArg {
   std::string name;
-  char kind = 'i';  // i, f or s: the field the value is written to
+  char kind = 'i';  // i, f, s or n (ints): the field the value is written to
   int64_t i = 0;
   double f = 0.0;
   std::string s;
+  std::vector<int64_t> ints;
 };
-inline AttrArg I(const std::string& n, int64_t v) { return {n, 'i', v, 0.0, {}}; }
-inline AttrArg F(const std::string& n, double v) { return {n, 'f', 0, v, {}}; }
-inline AttrArg S(const std::string& n, const std::string& v) { return {n, 's', 0, 0.0, v}; }
+inline AttrArg I(const std::string& n, int64_t v) { return {n, 'i', v, 0.0, {}, {}}; }
+inline AttrArg F(const std::string& n, double v) { return {n, 'f', 0, v, {}, {}}; }
+inline AttrArg S(const std::string& n, const std::string& v) { return {n, 's', 0, 0.0, v, {}}; }
+inline AttrArg N(const std::string& n, std::vector<int64_t> v) { return {n, 'n', 0, 0.0, {}, std::move(v)}; }
 
 struct OpArg {
   std::string name;
@@ -96,6 +98,12 @@ class PlanBuilder {
       w.bytes.resize(values.size() * 4);
       std::memcpy(w.bytes.data(), values.data(), w.bytes.size());
     }
+    weights_.push_back(std::move(w));
+    return int(weights_.size()) - 1;
+  }
+  // A weight stored as raw bytes (F8_E4M3, F8_E8M0, I8 packed FP4, ...), written to the checkpoint as is.
+  int raw_weight(const std::string& name, std::vector<int64_t> shape, DType dtype, std::vector<uint8_t> bytes) {
+    W w{name, dtype, shape, std::move(bytes), {}, {}};
     weights_.push_back(std::move(w));
     return int(weights_.size()) - 1;
   }
@@ -176,11 +184,13 @@ class PlanBuilder {
       for (const AttrArg& a : o.attrs) {
         auto name = fbb.CreateString(a.name);
         auto s = a.kind == 's' ? fbb.CreateString(a.s) : flatbuffers::Offset<flatbuffers::String>();
+        auto ints = a.kind == 'n' ? fbb.CreateVector(a.ints) : flatbuffers::Offset<flatbuffers::Vector<int64_t>>();
         plan::AttrBuilder ab(fbb);
         ab.add_name(name);
         if (a.kind == 'i') ab.add_i(a.i);
         if (a.kind == 'f') ab.add_f(a.f);
         if (a.kind == 's') ab.add_s(s);
+        if (a.kind == 'n') ab.add_ints(ints);
         attrs.push_back(ab.Finish());
       }
       std::string kernel = "cpu." + o.name.substr(o.name.find('.') + 1);

@@ -1,0 +1,159 @@
+// Verifiers of the DeepSeek-V4.1 ops (docs/ops.md, section DeepSeek-V4.1): local shape rules and weight
+// shapes against the referenced smelt.weight symbols.
+#include <cmath>
+
+#include "compiler/dialect/dialect.h"
+#include "compiler/dialect/verify_util.h"
+
+namespace smelt {
+
+using mlir::failure;
+using mlir::LogicalResult;
+using mlir::success;
+using ST = mlir::SymbolTableCollection;
+using namespace verify_util;
+
+LogicalResult FakeQuantOp::verify() {
+  if (failed(verify_rows(*this))) return failure();
+  static const llvm::StringRef modes[] = {"fp8_e4m3_b32", "fp4_e2m1_g16_e4m3", "fp4_e2m1_b32_ue8m0"};
+  if (!llvm::is_contained(modes, getMode()))
+    return emitOpError() << "unknown mode '" << getMode()
+                         << "' (expected fp8_e4m3_b32, fp4_e2m1_g16_e4m3 or fp4_e2m1_b32_ue8m0)";
+  int64_t heads = getHeads().value_or(1), c = cols(getX());
+  if (failed(expect_positive(*this, heads, "heads"))) return failure();
+  if (c % heads) return emitOpError() << "columns " << c << " are not a multiple of heads " << heads;
+  int64_t channels = getChannels().value_or(c / heads);
+  if (channels <= 0 || channels > c / heads)
+    return emitOpError() << "channels must be in (0, " << c / heads << "], got " << channels;
+  return expect_cols(*this, getY(), c, "result");
+}
+
+LogicalResult KvCompressorOp::verify() {
+  if (failed(verify_rows(*this)) || failed(check_rope_dims(*this, getHeadDim(), getRopeDim(), getTheta().convertToDouble())))
+    return failure();
+  const int64_t r = getRatio();
+  if (r != 1 && r != 2) return emitOpError() << "ratio must be 1 or 2, got " << r;
+  if ((r == 2) != bool(getWgateAttr())) return emitOpError() << "ratio 2 needs a wgate weight, ratio 1 takes none";
+  if ((r == 2) != bool(getRingAttr())) return emitOpError() << "ratio 2 needs a ring state, ratio 1 takes none";
+  if (bool(getWkAttr()) != bool(getKNormAttr()) || bool(getWkAttr()) != bool(getIndexPoolAttr()))
+    return emitOpError() << "index keys need all of wk, k_norm and index_pool (or none)";
+  if (getWkAttr() && (getIndexHeadDim() < getRopeDim() || failed(expect_positive(*this, getIndexHeadDim(), "index_head_dim"))))
+    return emitOpError() << "index_head_dim must be at least rope_dim " << getRopeDim();
+  if (!(getEps().convertToDouble() > 0)) return emitOpError() << "eps must be positive";
+  return success();
+}
+
+LogicalResult KvCompressorOp::verifySymbolUses(ST& st) {
+  const int64_t hd = getHeadDim(), dI = getIndexHeadDim(), d = cols(getX());
+  if (failed(expect_weight(*this, st, "wkv", getWkvAttr(), {hd, d})) ||
+      failed(expect_weight(*this, st, "wgate", getWgateAttr(), {hd, d})) ||
+      failed(expect_weight(*this, st, "norm", getNormAttr(), {hd})) ||
+      failed(expect_weight(*this, st, "wk", getWkAttr(), {dI, hd})))
+    return failure();
+  return expect_weight(*this, st, "k_norm", getKNormAttr(), {dI});
+}
+
+LogicalResult IndexerV41Op::verify() {
+  if (failed(verify_rows(*this)) || failed(expect_positive(*this, getHeads(), "heads")) ||
+      failed(expect_positive(*this, getHeadDim(), "head_dim")) || failed(expect_positive(*this, getRatio(), "ratio")) ||
+      failed(expect_positive(*this, getTopk(), "topk")))
+    return failure();
+  if (failed(expect_cols(*this, getQ(), getHeads() * getHeadDim(), "q (heads * head_dim)")) ||
+      failed(expect_cols(*this, getW(), getHeads(), "w (heads)")) ||
+      failed(expect_cols(*this, getIdx(), getTopk(), "idx (topk)")))
+    return failure();
+  const int64_t cb = getCandidateBlocks(), src = getIsCandidateSource();
+  if (src != 0 && src != 1) return emitOpError() << "is_candidate_source must be 0 or 1";
+  if (cb < 0) return emitOpError() << "candidate_blocks must be >= 0 (0 = no candidate level)";
+  if (cb > 0 && getCandidateBlockSize() <= 0) return emitOpError() << "candidate_block_size must be positive";
+  if (src && !getCandOut()) return emitOpError() << "a candidate source produces cand_out";
+  if (!src && getCandOut()) return emitOpError() << "only a candidate source produces cand_out";
+  if ((getCandIn() || getCandOut()) && cb == 0) return emitOpError() << "candidate lists need candidate_blocks > 0";
+  if (src && getCandIn()) return emitOpError() << "a candidate source takes no cand_in";
+  if (getCandIn() && failed(expect_cols(*this, getCandIn(), cb, "cand_in (candidate_blocks)"))) return failure();
+  if (getCandOut() && failed(expect_cols(*this, getCandOut(), cb, "cand_out (candidate_blocks)"))) return failure();
+  return success();
+}
+
+LogicalResult IndexerV41Op::verifySymbolUses(ST&) { return success(); }
+
+LogicalResult EngramHashOp::verify() {
+  if (failed(verify_rows(*this)) || failed(expect_cols(*this, getIds(), 1, "ids")) ||
+      failed(expect_positive(*this, getVocab(), "vocab")) || failed(expect_positive(*this, getHeads(), "heads")) ||
+      failed(expect_positive(*this, getCompressedVocab(), "compressed_vocab")))
+    return failure();
+  if (getMaxNgram() < 2) return emitOpError() << "max_ngram must be at least 2, got " << getMaxNgram();
+  if (getLayers().empty()) return emitOpError() << "needs at least one Engram layer";
+  if (getPadId() < 0) return emitOpError() << "pad_id must be >= 0";
+  int64_t want = int64_t(getLayers().size()) * (getMaxNgram() - 1) * getHeads();
+  return expect_cols(*this, getHashes(), want, "hashes (layers * (max_ngram-1) * heads)");
+}
+
+LogicalResult EngramHashOp::verifySymbolUses(ST& st) {
+  return expect_weight(*this, st, "token_map", getTokenMapAttr(), {-1});
+}
+
+LogicalResult EngramOp::verify() {
+  const int64_t n = getHcMult(), d = getDim(), hd = getHeadDim(), c = getCols();
+  if (failed(verify_rows(*this)) || failed(expect_positive(*this, n, "hc_mult")) ||
+      failed(expect_positive(*this, d, "dim")) || failed(expect_positive(*this, hd, "head_dim")) ||
+      failed(expect_positive(*this, c, "cols")))
+    return failure();
+  if (hd % 32) return emitOpError() << "head_dim must be a multiple of 32 (one scale per 32 channels), got " << hd;
+  if (getLayerIndex() < 0) return emitOpError() << "layer_index must be >= 0";
+  if (cols(getHashes()) < (getLayerIndex() + 1) * c)
+    return emitOpError() << "hashes have " << cols(getHashes()) << " columns, too few for layer_index "
+                         << getLayerIndex() << " of " << c << " columns";
+  if (!(getEps().convertToDouble() > 0)) return emitOpError() << "eps must be positive";
+  if (failed(expect_cols(*this, getStreams(), n * d, "streams (hc_mult * dim)"))) return failure();
+  return expect_cols(*this, getResult(), n * d, "result");
+}
+
+LogicalResult EngramOp::verifySymbolUses(ST& st) {
+  const int64_t n = getHcMult(), d = getDim(), hd = getHeadDim(), c = getCols();
+  auto table = lookup_weight(*this, st, getTableAttr());
+  if (table && !llvm::isa<mlir::Float8E4M3FNType>(table.getTensorType().getElementType()))
+    return emitOpError() << "table " << getTableAttr() << " must be f8E4M3FN (FP8 rows with per-32 scales)";
+  if (failed(expect_weight(*this, st, "table", getTableAttr(), {-1, hd}))) return failure();
+  int64_t rows = dim(*this, st, getTableAttr(), 0);
+  auto ts = lookup_weight(*this, st, getTableScaleAttr());
+  if (ts && !llvm::isa<mlir::Float8E8M0FNUType>(ts.getTensorType().getElementType()))
+    return emitOpError() << "table_scale " << getTableScaleAttr() << " must be f8E8M0FNU";
+  if (failed(expect_weight(*this, st, "table_scale", getTableScaleAttr(), {rows, hd / 32}))) return failure();
+  bool quantized = false;
+  if (failed(expect_linear_weight(*this, st, "wkv", getWkvAttr(), getWkvScaleAttr(), (n + 1) * d, c * hd, &quantized)))
+    return failure();
+  auto wkv = lookup_weight(*this, st, getWkvAttr());
+  if (wkv && !llvm::isa<mlir::Float8E4M3FNType>(wkv.getTensorType().getElementType()))
+    return emitOpError() << "wkv " << getWkvAttr() << " must be FP8 (f8E4M3FN with 32x32 block scales)";
+  if (failed(expect_weight(*this, st, "q_weight", getQWeightAttr(), {n, d}))) return failure();
+  return expect_weight(*this, st, "k_weight", getKWeightAttr(), {n, d});
+}
+
+LogicalResult HcMeanOp::verify() {
+  int64_t n = getHcMult();
+  if (failed(verify_rows(*this)) || failed(expect_positive(*this, n, "hc_mult"))) return failure();
+  return expect_cols(*this, getStreams(), n * cols(getM()), "streams");
+}
+
+LogicalResult HcMeanOp::verifySymbolUses(ST&) { return success(); }
+
+LogicalResult CaptureOp::verify() {
+  if (failed(verify_rows(*this))) return failure();
+  if (getName().empty()) return emitOpError() << "needs a non-empty name";
+  if (auto shape = getRowShape()) {
+    int64_t n = 1;
+    for (int64_t d : *shape) {
+      if (d <= 0) return emitOpError() << "row_shape dimensions must be positive";
+      n *= d;
+    }
+    if (n != cols(getX())) return emitOpError() << "row_shape has " << n << " elements but x has " << cols(getX()) << " columns";
+  }
+  return success();
+}
+
+LogicalResult CaptureOp::verifySymbolUses(ST&) { return success(); }
+
+LogicalResult FakeQuantOp::verifySymbolUses(ST&) { return success(); }
+
+}  // namespace smelt

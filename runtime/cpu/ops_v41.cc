@@ -1,0 +1,232 @@
+// The cpu handlers of the DeepSeek-V4.1 ops (docs/ops.md, section DeepSeek-V4.1) and the V4.1 forms of
+// linear / grouped_linear / swiglu_mlp (quantized weights). Plan validation (op_checks.cc) has checked every
+// width, dtype and attribute; handlers check the values that arrive at run time (hash ids, candidate blocks,
+// token ids) before they index with them.
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/bf16.h"
+#include "kernels/hc/reference.h"
+#include "kernels/quant/reference.h"
+#include "runtime/cpu/backend.h"
+
+namespace smelt::runtime::cpu {
+
+namespace {
+
+[[noreturn]] void fail(const PreparedOp& p, const std::string& msg) { p.plan->fail(*p.ref, msg); }
+
+void check_range(const PreparedOp& p, int64_t v, int64_t lo, int64_t hi, const char* what) {
+  if (v < lo || v >= hi)
+    fail(p, std::string(what) + " " + std::to_string(v) + " is outside [" + std::to_string(lo) + ", " +
+                std::to_string(hi) + ")");
+}
+
+enum FakeQuantMode { kFp8E4m3B32, kFp4G16E4m3, kFp4B32Ue8m0 };
+
+void run_fake_quant(const PreparedOp& p, const ExecContext& c) {
+  const int64_t width = p.in_w[0], seg = width / p.heads;
+  if (p.out[0] != p.in[0]) std::memcpy(p.out[0], p.in[0], size_t(c.rows) * size_t(width) * sizeof(float));
+  for (int64_t r = 0; r < c.rows; ++r)
+    for (int h = 0; h < p.heads; ++h) {
+      float* x = p.out[0] + r * width + h * seg;
+      switch (p.fq_mode) {
+        case kFp8E4m3B32: kernels::quant::qdq_window_kv(x, p.fq_channels); break;
+        case kFp4G16E4m3: kernels::quant::qdq_compressed_kv(x, p.fq_channels); break;
+        default: kernels::quant::qdq_index(x, p.fq_channels); break;
+      }
+    }
+}
+
+void run_kv_compressor(const PreparedOp& p, const ExecContext& c) {
+  int64_t capacity = p.state_rows[1];
+  if (p.state[2]) capacity = std::min(capacity, p.state_rows[2]);
+  kernels::kv_compressor_v41(p.kv_compressor, p.in[0], c.rows, c.p0, p.state[0], p.state[1], p.state[2], capacity);
+}
+
+void run_indexer_v41(const PreparedOp& p, const ExecContext& c) {
+  kernels::IndexerV41Args a = p.indexer_v41;
+  a.rows = c.rows;
+  a.p0 = c.p0;
+  if (a.cand_in) {  // block ids from the candidate source: -1 or a block of the visible entries
+    const int64_t blocks = (p.state_rows[0] + a.candidate_block_size - 1) / a.candidate_block_size;
+    for (int64_t k = 0, n = int64_t(c.rows) * a.candidate_blocks; k < n; ++k)
+      check_range(p, a.cand_in[k], -1, blocks, "candidate block");
+  }
+  kernels::indexer_v41(a, p.out_i[0], p.out_i[1]);
+}
+
+// Engram hash ids. The history state keeps each position's compressed id at row pos % R (R >= max_ngram-1),
+// so the look-backs of a chunk are read from it before the chunk's own ids are stored.
+void run_engram_hash(const PreparedOp& p, const ExecContext& c) {
+  const int64_t R = p.state_rows[0], n_back = p.hash_layout.max_ngram - 1;
+  std::vector<int64_t> compressed(size_t(c.rows));
+  for (int r = 0; r < c.rows; ++r) {
+    int64_t id = p.in_i[0][r];
+    if (p.w_i[0]) {
+      check_range(p, id, 0, p.w_rows[0], "token id (Engram token map)");
+      id = p.w_i[0][id];
+    }
+    check_range(p, id, 0, p.hash_vocab, "compressed token id");
+    compressed[size_t(r)] = id;
+  }
+  kernels::engram::EngramHistory history;
+  for (int64_t pos = std::max<int64_t>(0, c.p0 - n_back); pos < c.p0; ++pos)
+    history.recent.push_back(int64_t(p.state[0][pos % R]));
+  const int cols = p.hash_layout.layers() * p.hash_layout.cols();
+  std::vector<int64_t> out(size_t(c.rows) * size_t(cols));
+  kernels::engram::engram_hash(p.hash_layout, compressed.data(), c.rows, p.hash_pad, history, out.data());
+  for (size_t k = 0; k < out.size(); ++k) {
+    check_range(p, out[k], 0, int64_t(1) << 31, "Engram hash id");
+    p.out_i[0][k] = int32_t(out[k]);
+  }
+  for (int r = 0; r < c.rows; ++r) p.state[0][(c.p0 + r) % R] = float(compressed[size_t(r)]);
+}
+
+void run_engram(const PreparedOp& p, const ExecContext& c) {
+  kernels::engram::EngramArgs a = p.engram;
+  a.rows = c.rows;
+  a.hashes = p.in_i[1] + int64_t(p.layer_index) * a.cols;  // this layer's column block
+  for (int r = 0; r < c.rows; ++r)
+    for (int k = 0; k < a.cols; ++k) check_range(p, a.hashes[int64_t(r) * a.hash_stride + k], 0, a.table_rows, "Engram row");
+  kernels::engram::engram_forward(a, p.in[0], p.out[0]);
+}
+
+// mean over the hc copies in fp32 (copy order), rounded to bf16 like the reference's bf16 mean.
+void run_hc_mean(const PreparedOp& p, const ExecContext& c) {
+  const int64_t d = p.out_w[0], n = p.hc_mult;
+  for (int64_t r = 0; r < c.rows; ++r)
+    for (int64_t i = 0; i < d; ++i) {
+      float s = 0.f;
+      for (int64_t k = 0; k < n; ++k) s += p.in[0][(r * n + k) * d + i];
+      p.out[0][r * d + i] = kernels::round_bf16(s / float(n));
+    }
+}
+
+void run_capture(const PreparedOp& p, const ExecContext& c) {
+  if (c.captures) c.captures->append(p.capture_name, p.capture_shape, p.in[0], c.rows, p.in_w[0]);
+}
+
+}  // namespace
+
+void prepare_op_v41(const Plan& plan, const OpRef& op, PreparedOp& p) {
+  auto q = [&](size_t j) { return quant_weight(plan, op.weights[j], p.w_raw[j], op.weights[j + 1], p.w_raw[j + 1]); };
+  switch (op.spec->kind) {
+    case OpKind::Linear:
+      if (p.w_raw[0]) p.qw = q(0);
+      p.act_quant = !op.s("act_quant").empty();
+      p.scale_after = float(op.f("scale_after"));
+      break;
+    case OpKind::GroupedLinear:
+      if (p.w_raw[0]) {  // FP8 wo_a: dequantized exactly once (the reference's convert.py does the same)
+        std::vector<int64_t> w = plan.weight_shape(op.weights[0]);
+        p.owned.resize(size_t(w[0] * w[1]));
+        kernels::QuantWeight qw = q(0);
+        kernels::quant::dequant_fp8_weight(qw.weight, qw.scale, w[0], w[1], qw.block, p.owned.data());
+        p.w[0] = p.owned.data();
+      }
+      break;
+    case OpKind::SwigluMlp:
+      if (op.scaled) p.q1 = {q(0)}, p.q2 = {q(2)}, p.q3 = {q(4)};
+      break;
+    case OpKind::FakeQuant: {
+      p.run = run_fake_quant;
+      const std::string& mode = op.s("mode");
+      p.fq_mode = mode == "fp8_e4m3_b32" ? kFp8E4m3B32 : mode == "fp4_e2m1_g16_e4m3" ? kFp4G16E4m3 : kFp4B32Ue8m0;
+      p.heads = int(op.i("heads"));
+      p.fq_channels = int(op.i("channels") ? op.i("channels") : p.in_w[0] / p.heads);
+      break;
+    }
+    case OpKind::KvCompressor: {
+      p.run = run_kv_compressor;
+      p.inv_freq = inv_freq(op, true);
+      kernels::KvCompressorV41Args& a = p.kv_compressor;
+      a.ratio = int(op.i("ratio"));
+      a.head_dim = int(op.i("head_dim"));
+      a.index_head_dim = int(op.i("index_head_dim"));
+      a.rope_dim = int(op.i("rope_dim"));
+      a.in_dim = int(p.in_w[0]);
+      a.wkv = p.w[0];
+      a.wgate = p.w[1];
+      a.norm = p.w[2];
+      a.wk = p.w[3];
+      a.k_norm = p.w[4];
+      a.eps = float(op.f("eps"));
+      a.inv_freq = p.inv_freq.data();
+      a.ring_rows = p.state[0] ? int(p.state_rows[0]) : 0;
+      break;
+    }
+    case OpKind::IndexerV41: {
+      p.run = run_indexer_v41;
+      kernels::IndexerV41Args& a = p.indexer_v41;
+      a.heads = int(op.i("heads"));
+      a.head_dim = int(op.i("head_dim"));
+      a.ratio = int(op.i("ratio"));
+      a.topk = int(op.i("topk"));
+      a.q = p.in[0];
+      a.w = p.in[1];
+      a.keys = p.state[0];
+      a.candidate_blocks = int(op.i("candidate_blocks"));
+      a.candidate_block_size = int(op.i("candidate_block_size"));
+      a.is_candidate_source = op.i("is_candidate_source") != 0;
+      a.cand_in = p.in_i[2];
+      break;
+    }
+    case OpKind::EngramHash: {
+      p.run = run_engram_hash;
+      kernels::engram::EngramHashConfig cfg;
+      for (int64_t l : op.ints("layers")) cfg.layer_ids.push_back(int(l));
+      cfg.vocab_size = op.i("vocab");
+      cfg.max_ngram = int(op.i("max_ngram"));
+      cfg.n_heads = int(op.i("heads"));
+      cfg.compressed_vocab_size = op.i("compressed_vocab");
+      try {
+        p.hash_layout = kernels::engram::make_hash_layout(cfg);
+      } catch (const Error& e) {
+        plan.fail(op, std::string("the Engram hash layout: ") + e.what());
+      }
+      p.hash_vocab = cfg.compressed_vocab_size;
+      p.hash_pad = op.i("pad_id");
+      if (p.w_i[0]) {  // the token map is data: its ids are checked once here
+        for (int64_t k = 0; k < p.w_rows[0]; ++k)
+          if (p.w_i[0][k] < 0 || p.w_i[0][k] >= p.hash_vocab)
+            plan.fail(op, "token_map maps token " + std::to_string(k) + " to " + std::to_string(p.w_i[0][k]) +
+                              ", outside the compressed vocab [0, " + std::to_string(p.hash_vocab) + ")");
+        p.hash_pad = p.w_i[0][p.hash_pad];
+      }
+      break;
+    }
+    case OpKind::Engram: {
+      p.run = run_engram;
+      kernels::engram::EngramArgs& a = p.engram;
+      a.hc_mult = int(op.i("hc_mult"));
+      a.dim = int(op.i("dim"));
+      a.head_dim = int(op.i("head_dim"));
+      a.cols = int(op.i("cols"));
+      a.eps = float(op.f("eps"));
+      a.table = p.w_raw[0];
+      a.table_scale = p.w_raw[1];
+      a.table_rows = p.w_rows[0];
+      a.wkv = p.w_raw[2];
+      a.wkv_scale = p.w_raw[3];
+      a.q_weight = p.w[4];
+      a.k_weight = p.w[5];
+      a.hash_stride = int(p.in_w[1]);
+      p.layer_index = int(op.i("layer_index"));
+      break;
+    }
+    case OpKind::HcMean:
+      p.run = run_hc_mean;
+      p.hc_mult = int(op.i("hc_mult"));
+      break;
+    case OpKind::Capture:
+      p.run = run_capture;
+      p.capture_name = op.s("name");
+      p.capture_shape = op.ints("row_shape");
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace smelt::runtime::cpu

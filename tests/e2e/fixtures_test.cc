@@ -34,7 +34,9 @@ namespace {
 // over <= 512 terms, softmaxes and the hyper-connection Sinkhorn loop accumulate that to ~1e-6..1e-5 of
 // the largest logit (the oracle itself carries ~3e-7, see each fixture's README). Any semantic slip (a
 // mask off by one, a wrong RoPE pair, a missing clamp) moves logits by >= 1e-2, far above this bound.
-constexpr double kLogitTolerance = 1e-4;
+// Measured 2026-11-29: at most 6.6e-7 relative over the three fixtures and both layouts, so 1e-5 (the
+// issue's expectation) leaves a 15x margin for compiler/platform differences in float32 rounding.
+constexpr double kLogitTolerance = 1e-5;
 
 struct Case {
   std::string fixture;

@@ -3,8 +3,13 @@
 // (each site collapses with the pre computed one site earlier; no hc_head), CSA2 sharing (KV sources own the
 // compressed pools and index keys, index sources the top-k, the candidate source the candidate blocks; every
 // other compressed layer reads the most recent source's), FP8/FP4 linears with activation quantization, and
-// `round = "bf16"` wherever the reference holds a bf16 tensor. The DSpark stages (mtp.*) are not part of the
-// main forward and are not imported.
+// `round = "bf16"` wherever the reference holds a bf16 tensor.
+// DSpark (importer_v41 also builds it when the checkpoint has the stages): the main forward captures
+// main_hidden (smelt.hc_mean of the target layers' input streams), projects it to main_x and writes each
+// stage's window ring with main_x's KV at the chunk's positions (the reference's prefill seeding and its
+// per-step ring write, done for every chunk); func.func @dspark_draft runs the three stages and the head on a
+// draft block (see dspark_draft below).
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <tuple>
@@ -31,6 +36,10 @@ class ImporterV41 : Builder {
 
  private:
   NamedAttribute bf16() { return str("round", "bf16"); }
+  bool has_target(int L) const {
+    return std::find(c_.dspark_target_layer_ids.begin(), c_.dspark_target_layer_ids.end(), L) !=
+           c_.dspark_target_layer_ids.end();
+  }
 
   // A linear named `p` (p.weight, and p.scale when stored FP8 / FP4), rounded to bf16 unless `fp32_out`.
   Value linear(Value x, const std::string& p, bool fp32_out = false, double scale_after = 1.0) {
@@ -63,15 +72,23 @@ class ImporterV41 : Builder {
   }
   void check_schedule();
   void kv_compressor(Value a, int L);
-  Value moe(Value f, int L);
+  Value moe(Value f, int n_experts, int topk);
   // One block; returns the stream and the ffn pre it hands on.
   std::pair<Value, Value> block(Value X, Value pre_in, int L);
+  // DSpark: the checks, the ring seeding in @forward, and @dspark_draft.
+  void check_dspark();
+  Value window_kv(Value x, const std::string& attn);
+  void seed_dspark();
+  void dspark_draft(int64_t vocab);
+  std::pair<Value, Value> dspark_stage(Value X, Value pre_in, int s);
 
   std::string p_;  // "layers.L."
   RopeParams main_rope_{}, compress_rope_{};
   Value hashes_;          // Engram hash ids of every Engram layer
   std::vector<int> kv_source_;  // per layer: the KV source whose pools it reads (-1: none)
   Value idx_, cand_;      // the most recent index source's top-k, the candidate source's blocks
+  bool dspark_ = false;         // the checkpoint has DSpark stages: build the seeding and @dspark_draft
+  std::vector<Value> targets_;  // the DSpark target captures (hc_mean), in layer order
 };
 
 std::array<Value, 3> ImporterV41::hc_mix(Value X, const std::string& site) {
@@ -139,9 +156,9 @@ void ImporterV41::kv_compressor(Value a, int L) {
 }
 
 // MoE: router in fp32, routed FP4 experts and the FP8 shared expert with the reference's rounding points.
-Value ImporterV41::moe(Value f, int L) {
+Value ImporterV41::moe(Value f, int n_experts, int topk) {
   const std::string p = p_ + "ffn.";
-  const int64_t k = c_.num_experts_per_tok;
+  const int64_t k = topk;
   llvm::SmallVector<NamedAttribute> route_attrs{
       ref("gate", p + "gate.weight"), i64("topk", k), str("scoring", c_.scoring_func),
       // the reference normalises only when more than one expert is picked
@@ -157,7 +174,7 @@ Value ImporterV41::moe(Value f, int L) {
                   "; V4.1 experts are imported from the release's FP8 / FP4 storage only");
   };
   llvm::SmallVector<mlir::Attribute> experts;
-  for (int e = 0; e < c_.n_routed_experts; ++e)
+  for (int e = 0; e < n_experts; ++e)
     for (const char* w : {"w1", "w2", "w3"}) {
       const std::string ep = p + "experts." + std::to_string(e) + "." + w;
       require_quantized(ep + ".weight");
@@ -165,7 +182,7 @@ Value ImporterV41::moe(Value f, int L) {
       experts.push_back(weight(ep + ".scale"));
     }
   Value routed = make1("smelt.moe_experts", {f, route->getResult(0), route->getResult(1)}, f.getType(),
-                       {b_.getNamedAttr("experts", b_.getArrayAttr(experts)), i64("n_experts", c_.n_routed_experts),
+                       {b_.getNamedAttr("experts", b_.getArrayAttr(experts)), i64("n_experts", n_experts),
                         i64("topk", k), f64("swiglu_limit", c_.swiglu_limit), str("act_quant", kActQuant),
                         str("variant", "v41")});
   const std::string sp = p + "shared_experts.";
@@ -202,6 +219,8 @@ std::pair<Value, Value> ImporterV41::block(Value X, Value pre_in, int L) {
                i64("layer_index", e), i64("hc_mult", n), i64("dim", D), i64("head_dim", c_.engram_head_dim),
                i64("cols", cols), f64("eps", c_.rms_norm_eps), bf16()});
   }
+  // DSpark target capture: the block's input stream (after Engram), averaged over the hc copies.
+  if (dspark_ && has_target(L)) targets_.push_back(make1("smelt.hc_mean", X, rows(D), {i64("hc_mult", n)}));
 
   // Attention, collapsed with the pre handed on by the previous block's FFN site.
   auto [pre_a, post_a, comb_a] = hc_mix(X, "attn");
@@ -224,6 +243,12 @@ std::pair<Value, Value> ImporterV41::block(Value X, Value pre_in, int L) {
     if (consumer) in.push_back(cand_);
     llvm::SmallVector<mlir::Type> out{irows(c_.index_topk)};
     if (source) out.push_back(irows(cb));
+    // Index keys are owner-keyed: this indexer always scores against its KV source's own key pool. The
+    // released reference (spec §2.5) instead reads one shared slot that only a KV source's *emitted*
+    // group updates, so on decode steps where a ratio-2 group is incomplete layers 2/8/14 score against
+    // the keys published last (layer 20's). HF, vLLM and prefill behave like us; the goldens carry both
+    // decodes (`decode_logits` = quirk, `decode_logits_owner_keyed` = ours). No fixture needs the quirk,
+    // so it is not implemented.
     mlir::Operation* op =
         make("smelt.indexer_v41", in, out,
              {sym("index_pool", "layers." + std::to_string(kv_source_[L]) + ".index_pool"), i64("heads", HI),
@@ -253,7 +278,7 @@ std::pair<Value, Value> ImporterV41::block(Value X, Value pre_in, int L) {
   // FFN, collapsed with this block's attention pre; its own pre goes to the next block.
   auto [pre_f, post_f, comb_f] = hc_mix(X, "ffn");
   Value f = rms_norm(collapse(X, pre_a), p_ + "ffn_norm.weight");
-  X = expand(X, moe(f, L), post_f, comb_f);
+  X = expand(X, moe(f, c_.n_routed_experts, c_.num_experts_per_tok), post_f, comb_f);
   if (o_.capture_intermediates) {
     const std::string b = "block" + std::to_string(L) + ".";
     make("smelt.capture", X, {}, {str("name", b + "stream"), b_.getNamedAttr("row_shape", b_.getDenseI64ArrayAttr({n, D}))});
@@ -261,6 +286,110 @@ std::pair<Value, Value> ImporterV41::block(Value X, Value pre_in, int L) {
   }
   layer_ = -1;
   return {X, pre_f};
+}
+
+// ---- DSpark ----------------------------------------------------------------------------------------------
+
+// DSpark is built when the checkpoint has its stages (num_nextn_predict_layers > 0 and mtp.0.main_proj);
+// the config must then describe a drafter the graph can express.
+void ImporterV41::check_dspark() {
+  const std::string cfg = m_.dir + "/config.json";
+  const int stages = c_.num_nextn_predict_layers;
+  dspark_ = stages > 0 && m_.has("mtp.0.main_proj.weight");
+  if (!dspark_) return;
+  const auto& targets = c_.dspark_target_layer_ids;
+  if (c_.dspark_block_size < 1) throw Error(cfg + ": dspark_block_size must be positive");
+  if (c_.dspark_noise_token_id < 0 || c_.dspark_noise_token_id >= c_.vocab_size)
+    throw Error(cfg + ": dspark_noise_token_id " + std::to_string(c_.dspark_noise_token_id) + " is not a token id");
+  if (targets.empty() || targets.size() > 4)
+    throw Error(cfg + ": dspark_target_layer_ids needs 1 to 4 layers, has " + std::to_string(targets.size()));
+  for (int L : targets)
+    if (L < 0 || L >= c_.num_hidden_layers)
+      throw Error(cfg + ": dspark_target_layer_ids has " + std::to_string(L) + ", not a backbone layer");
+  for (size_t s = 0; s < c_.mtp_compress_ratios.size(); ++s)
+    if (c_.mtp_compress_ratios[s] != 0)
+      throw Error(cfg + ": DSpark stage " + std::to_string(s) + " has compress ratio " +
+                  std::to_string(c_.mtp_compress_ratios[s]) + "; the drafter's stages are window-only (0)");
+  if (c_.dspark_num_experts_per_tok < 1 || c_.dspark_num_experts_per_tok > c_.dspark_n_routed_experts)
+    throw Error(cfg + ": dspark_num_experts_per_tok must be in [1, dspark_n_routed_experts]");
+}
+
+// kv_norm(wkv(x)) RoPE'd at the chunk's positions and FP8 fake-quantized: a window K=V (`attn` = "<p>.attn.").
+Value ImporterV41::window_kv(Value x, const std::string& attn) {
+  Value kv = rms_norm(linear(x, attn + "wkv"), attn + "kv_norm.weight");
+  return fake_quant(rope(kv, 1, c_.head_dim, main_rope_, false), "fp8_e4m3_b32");
+}
+
+// In @forward, after the backbone: main_x = main_norm(main_proj(main_hidden)) and, per stage, its window KV
+// stored in the stage's ring at the chunk's positions. The draft block at t+1.. then reads positions <= t.
+void ImporterV41::seed_dspark() {
+  const int n_layers = c_.num_hidden_layers;
+  layer_ = n_layers;
+  Value hidden = targets_.size() == 1
+                     ? targets_[0]
+                     : make1("smelt.concat", targets_, rows(int64_t(targets_.size()) * c_.hidden_size), {});
+  Value main_x = rms_norm(linear(hidden, "mtp.0.main_proj"), "mtp.0.main_norm.weight");
+  for (int s = 0; s < c_.num_nextn_predict_layers; ++s) {
+    layer_ = n_layers + s;
+    const std::string p = "mtp." + std::to_string(s) + ".";
+    state(p + "window", "window_ring", c_.sliding_window, c_.head_dim);
+    Value kv = window_kv(main_x, p + "attn.");
+    make("smelt.window_kv_update", kv, {}, {sym("window_ring", p + "window"), i64("window", c_.sliding_window)});
+  }
+  layer_ = -1;
+}
+
+// One stage: a V4.1 block whose attention is the draft block's (window ring + the block's own KV, no mask).
+std::pair<Value, Value> ImporterV41::dspark_stage(Value X, Value pre_in, int s) {
+  layer_ = c_.num_hidden_layers + s;
+  p_ = "mtp." + std::to_string(s) + ".";
+  const int64_t H = c_.num_attention_heads, hd = c_.head_dim;
+  auto [pre_a, post_a, comb_a] = hc_mix(X, "attn");
+  Value a = rms_norm(collapse(X, pre_in), p_ + "attn_norm.weight");
+  Value cq = rms_norm(linear(a, p_ + "attn.wq_a"), p_ + "attn.q_norm.weight");
+  Value q = rope(linear(cq, p_ + "attn.wq_b"), H, hd, main_rope_, false);
+  Value kv = window_kv(a, p_ + "attn.");
+  Value o = make1("smelt.dspark_attention", {q, kv}, rows(H * hd),
+                  {ref("sink", p_ + "attn.attn_sink"), sym("window_ring", p_ + "window"), i64("heads", H),
+                   i64("head_dim", hd), i64("window", c_.sliding_window), f64("scale", 1.0 / std::sqrt(double(hd))),
+                   bf16()});
+  o = rope(o, H, hd, main_rope_, true);
+  const std::string wo_a = p_ + "attn.wo_a";
+  llvm::SmallVector<NamedAttribute> ga{ref("weight", wo_a + ".weight"), i64("groups", c_.o_groups), bf16()};
+  if (is_quantized(tensor(wo_a + ".weight").dtype)) ga.push_back(ref("scale", wo_a + ".scale"));
+  Value g = make1("smelt.grouped_linear", o, rows(rows_of(wo_a + ".weight")), ga);
+  X = expand(X, linear(g, p_ + "attn.wo_b"), post_a, comb_a);
+  auto [pre_f, post_f, comb_f] = hc_mix(X, "ffn");
+  Value f = rms_norm(collapse(X, pre_a), p_ + "ffn_norm.weight");
+  X = expand(X, moe(f, c_.dspark_n_routed_experts, c_.dspark_num_experts_per_tok), post_f, comb_f);
+  layer_ = -1;
+  return {X, pre_f};
+}
+
+// func.func @dspark_draft(%ids: [B,1]) -> (draft ids [B,1], confidence [B,1], logits [B,V]): the block
+// [y_t, noise, ...] at positions t+1 .. t+B (the runtime's chunk) through the stages, then the head.
+void ImporterV41::dspark_draft(int64_t vocab) {
+  mlir::OpBuilder::InsertionGuard guard(b_);
+  auto loc = mlir::NameLoc::get(b_.getStringAttr(m_.dir));
+  b_.setInsertionPointToEnd(module_.getBody());
+  auto ftype = b_.getFunctionType({irows(1)}, {irows(1), rows(1), rows(vocab)});
+  auto draft = mlir::func::FuncOp::create(b_, loc, "dspark_draft", ftype);
+  mlir::Block* body = draft.addEntryBlock();
+  b_.setInsertionPointToStart(body);
+  Value ids = body->getArgument(0);
+  Value x = make1("smelt.embedding", ids, rows(c_.hidden_size), {ref("embed", "embed.weight"), bf16()});
+  Value X = make1("smelt.hc_init", x, rows(c_.hc_mult * c_.hidden_size), {i64("hc_mult", c_.hc_mult)});
+  Value pre;  // the one-hot initial pre
+  const int stages = c_.num_nextn_predict_layers;
+  for (int s = 0; s < stages; ++s) std::tie(X, pre) = dspark_stage(X, pre, s);
+  const std::string last = "mtp." + std::to_string(stages - 1) + ".";
+  Value u = collapse(X, pre);
+  Value logits = linear(rms_norm(u, last + "norm.weight"), "head", /*fp32_out=*/true);
+  mlir::Operation* head =
+      make("smelt.dspark_head", {logits, u, ids}, {rows(vocab), irows(1), rows(1)},
+           {ref("markov_embed", last + "markov_head.embed.weight"), ref("markov_head", last + "markov_head.head.weight"),
+            ref("proj", last + "confidence_head.proj.weight")});
+  mlir::func::ReturnOp::create(b_, loc, mlir::ValueRange{head->getResult(1), head->getResult(2), head->getResult(0)});
 }
 
 mlir::OwningOpRef<mlir::ModuleOp> ImporterV41::run() {
@@ -272,6 +401,7 @@ mlir::OwningOpRef<mlir::ModuleOp> ImporterV41::run() {
   if (c_.n_shared_experts != 1) throw Error(cfg + ": V4.1 has exactly one shared expert (n_shared_experts 1)");
   if (c_.hc_mult <= 0) throw Error(cfg + ": hc_mult must be positive");
   check_schedule();
+  check_dspark();
   max_seq_len_ = o_.max_seq_len > 0 ? o_.max_seq_len : default_max_seq_len(c_);
   if (max_seq_len_ < 2) throw Error("max_seq_len " + std::to_string(max_seq_len_) + " is shorter than a compressed group");
   main_rope_ = {c_.rope_theta, 0.0, 0.0, 0.0, 0};
@@ -302,12 +432,15 @@ mlir::OwningOpRef<mlir::ModuleOp> ImporterV41::run() {
   }
   Value X = make1("smelt.hc_init", x, rows(c_.hc_mult * c_.hidden_size), {i64("hc_mult", c_.hc_mult)});
   if (o_.progress)
-    o_.progress("importing " + std::to_string(layers) + " V4.1 layers (the " +
-                std::to_string(c_.num_nextn_predict_layers) + " DSpark stages are not part of the main forward)");
+    o_.progress("importing " + std::to_string(layers) + " V4.1 layers" +
+                (dspark_ ? " and the " + std::to_string(c_.num_nextn_predict_layers) + " DSpark stages (@dspark_draft)"
+                         : std::string(" (no DSpark stages)")));
   Value pre;  // the one-hot initial pre
   for (int L = 0; L < layers; ++L) std::tie(X, pre) = block(X, pre, L);
+  if (dspark_) seed_dspark();
   Value h = rms_norm(collapse(X, pre), "norm.weight");  // V4.1 has no hc_head: the last ffn pre collapses
   Value logits = linear(h, "head", /*fp32_out=*/true);
+  if (dspark_) dspark_draft(rows_of("head.weight"));
   return finish(logits, "deepseek_v41");
 }
 

@@ -82,6 +82,11 @@ nlohmann::ordered_json inspect_json(const Plan& plan) {
   std::map<std::string, int> histogram;
   for (const OpRef& op : plan.ops()) histogram[op.name]++;
   j["op_histogram"] = histogram;
+  if (!plan.programs().empty()) {  // further entry points (format 1.1), e.g. the DSpark drafter
+    nlohmann::ordered_json programs = nlohmann::ordered_json::object();
+    for (const Program& prog : plan.programs()) programs[prog.name] = std::to_string(prog.ops.size()) + " ops";
+    j["programs"] = programs;
+  }
   j["max_rows"] = p.max_rows();
   j["max_seq_len"] = p.max_seq_len();
   j["arena_bytes"] = p.arena_bytes();

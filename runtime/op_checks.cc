@@ -280,6 +280,36 @@ void check_v41(const Checker& c) {
         c.fail("attribute row_shape has " + std::to_string(elems) + " elements, the input " + std::to_string(c.in(0)));
       break;
     }
+    case OpKind::Concat: {
+      if (!c.has_input(2) && c.has_input(3)) c.fail("input 3 is given but input 2 is absent");
+      int64_t total = 0;
+      for (size_t k = 0; k < 4; ++k)
+        if (c.has_input(k)) total += c.in(k);
+      c.output(0, total, "the inputs' row_elems summed");
+      break;
+    }
+    case OpKind::DsparkAttention: {
+      int64_t h = c.attr("heads", 1), d = c.attr("head_dim", 1), w = c.attr("window", 1);
+      c.fattr("scale", 0.0);
+      c.input(0, h * d, "heads x head_dim");
+      c.input(1, d, "one shared kv head");
+      c.output(0, h * d, "heads x head_dim");
+      c.weight(0, {h});
+      c.state(0, w, d, "window rows of kv");
+      break;
+    }
+    case OpKind::DsparkHead: {
+      int64_t v = c.in(0), d = c.in(1);
+      auto e = c.weight2(0);
+      c.weight(0, {v, e[1]});
+      c.weight(1, {v, e[1]});
+      c.weight(2, {1, d + e[1]});
+      c.input(2, 1, "one token id per row");
+      c.output(0, v, "same as logits");
+      c.output(1, 1, "one draft id per row");
+      c.output(2, 1, "one confidence per row");
+      break;
+    }
     default:
       c.fail("has no shape checks (runtime bug)");
   }

@@ -90,6 +90,15 @@ std::vector<OpSpec> build() {
                false, true});
   s.push_back({OpKind::HcMean, "smelt.hc_mean", {{"X"}}, {{"m"}}, {}, {}, {{"hc_mult", I, true}}});
   s.push_back({OpKind::Capture, "smelt.capture", {{"x"}}, {}, {}, {}, {{"name", S, true}, {"row_shape", N, false}}});
+  s.push_back({OpKind::Concat, "smelt.concat", {{"x0"}, {"x1"}, {"x2", 'f', true}, {"x3", 'f', true}}, {{"y"}}, {}, {},
+               {}});
+  // DSpark (the dspark_draft program)
+  s.push_back({OpKind::DsparkAttention, "smelt.dspark_attention", {{"q"}, {"kv"}}, {{"o"}}, {{"sink"}},
+               {{"window_ring", 'f', false, "window_ring"}},
+               {{"heads", I, true}, {"head_dim", I, true}, {"window", I, true}, {"scale", F, true}}});
+  s.push_back({OpKind::DsparkHead, "smelt.dspark_head", {{"logits"}, {"x"}, {"ids", 'i'}},
+               {{"biased_logits"}, {"draft_ids", 'i'}, {"confidence"}}, {{"markov_embed"}, {"markov_head"}, {"proj"}},
+               {}, {}});
 
   // Every op may round its float outputs to bf16 (V4.1: where the reference holds bf16).
   for (OpSpec& spec : s) spec.attrs.push_back({"round", S, false});

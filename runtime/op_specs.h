@@ -12,7 +12,9 @@ enum class OpKind {
   Embedding, HcInit, HcMix, HcCollapse, HcExpand, HcHead, RmsNorm, Linear, GroupedLinear, Rope,
   WindowKvUpdate, Compressor, IndexerTopk, SparseAttention, MoeRoute, MoeExperts, SwigluMlp, Add,
   // DeepSeek-V4.1
-  FakeQuant, KvCompressor, IndexerV41, EngramHash, Engram, HcMean, Capture,
+  FakeQuant, KvCompressor, IndexerV41, EngramHash, Engram, HcMean, Capture, Concat,
+  // DeepSeek-V4.1 DSpark drafter (the dspark_draft program)
+  DsparkAttention, DsparkHead,
 };
 
 // Attribute encoding in plan.Attr: integers and flags in `i`, real numbers in `f`, names in `s`, integer

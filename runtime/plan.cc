@@ -100,7 +100,14 @@ int fp8_weight_block(const std::vector<int64_t>& w, const std::vector<int64_t>& 
   return 0;
 }
 std::string OpRef::where() const {
-  return "op " + std::to_string(index) + " (" + name + ", layer " + std::to_string(layer) + ")";
+  return (program.empty() ? "" : program + " ") + "op " + std::to_string(index) + " (" + name + ", layer " +
+         std::to_string(layer) + ")";
+}
+
+const Program* Plan::program(std::string_view name) const {
+  for (const Program& p : programs_)
+    if (p.name == name) return &p;
+  return nullptr;
 }
 
 // ---- loading ------------------------------------------------------------------------------------------
@@ -159,9 +166,76 @@ void Plan::validate() {
   validate_tables();
   int n_ops = fb_->ops() ? int(fb_->ops()->size()) : 0;
   if (n_ops == 0) fail("has no ops");
-  for (int i = 0; i < n_ops; ++i) validate_op(*fb_->ops()->Get(i), i);
+  for (int i = 0; i < n_ops; ++i) ops_.push_back(validate_op(*fb_->ops()->Get(i), i, ""));
   for (const OpRef& op : ops_) check_op_shapes(*this, op);
-  validate_dataflow();
+  std::vector<bool> written(fb_->buffers()->size(), false);
+  written[fb_->token_ids()] = true;
+  validate_dataflow(ops_, written, {fb_->logits()}, "the logits buffer");
+  validate_programs();
+}
+
+namespace {
+
+// The programs this runtime knows, with their input and output buffers (dtype, row_elems; 0 = any).
+struct ProgramIo {
+  const char* name;
+  std::vector<std::pair<fb::DType, int64_t>> inputs, outputs;
+};
+const ProgramIo* known_program(const std::string& name) {
+  static const ProgramIo known[] = {
+      {"dspark_draft", {{fb::DType::I32, 1}}, {{fb::DType::I32, 1}, {fb::DType::F32, 1}, {fb::DType::F32, 0}}}};
+  for (const ProgramIo& k : known)
+    if (name == k.name) return &k;
+  return nullptr;
+}
+
+}  // namespace
+
+void Plan::validate_programs() {
+  if (!fb_->programs()) return;
+  const int n_buffers = int(fb_->buffers()->size());
+  for (const fb::Program* fp : *fb_->programs()) {
+    Program prog;
+    prog.name = str(fp->name());
+    const ProgramIo* io = known_program(prog.name);
+    if (!io) fail("has program '" + prog.name + "', which this runtime does not know (expected dspark_draft)");
+    if (program(prog.name)) fail("has program '" + prog.name + "' twice");
+    prog.inputs = vec(fp->inputs());
+    prog.outputs = vec(fp->outputs());
+    using Io = std::vector<std::pair<fb::DType, int64_t>>;
+    auto check_io = [&](const char* what, const std::vector<int>& ids, const Io& want) {
+      if (ids.size() != want.size())
+        fail("program " + prog.name + " has " + std::to_string(ids.size()) + " " + what + ", expected " +
+             std::to_string(want.size()));
+      for (size_t k = 0; k < ids.size(); ++k) {
+        std::string which = "program " + prog.name + " " + what + " " + std::to_string(k);
+        if (ids[k] < 0 || ids[k] >= n_buffers) fail(which + " is buffer " + std::to_string(ids[k]) + ", out of range");
+        const fb::Buffer& b = *fb_->buffers()->Get(ids[k]);
+        if (b.dtype() != want[k].first || (want[k].second > 0 && b.row_elems() != want[k].second))
+          fail(which + " (buffer " + std::to_string(ids[k]) + ") is " + std::string(plan_dtype_name(b.dtype())) +
+               " with row_elems " + std::to_string(b.row_elems()) + ", expected " +
+               std::string(plan_dtype_name(want[k].first)) +
+               (want[k].second > 0 ? " with row_elems " + std::to_string(want[k].second) : std::string()));
+      }
+    };
+    check_io("inputs", prog.inputs, io->inputs);
+    check_io("outputs", prog.outputs, io->outputs);
+    int n_ops = fp->ops() ? int(fp->ops()->size()) : 0;
+    if (n_ops == 0) fail("program " + prog.name + " has no ops");
+    for (int i = 0; i < n_ops; ++i) prog.ops.push_back(validate_op(*fp->ops()->Get(i), i, prog.name));
+    for (const OpRef& op : prog.ops) {
+      check_op_shapes(*this, op);
+      // A program runs beside the sequence (drafting): it reads the state the forward wrote, never writes it.
+      OpKind k = op.spec->kind;
+      if (k == OpKind::WindowKvUpdate || k == OpKind::Compressor || k == OpKind::KvCompressor ||
+          k == OpKind::EngramHash)
+        fail(op, "writes state; a program only reads what the forward wrote");
+    }
+    std::vector<bool> written(size_t(n_buffers), false);
+    for (int b : prog.inputs) written[size_t(b)] = true;
+    validate_dataflow(prog.ops, written, prog.outputs, "program " + prog.name + "'s output buffer");
+    programs_.push_back(std::move(prog));
+  }
 }
 
 // Everything outside the ops: limits, files, weights, buffers, states.
@@ -243,9 +317,10 @@ void Plan::validate_tables() {
 }
 
 // One op: known name, operand counts and ids, operand element types, attributes.
-void Plan::validate_op(const fb::Op& op, int index) {
+OpRef Plan::validate_op(const fb::Op& op, int index, const std::string& program) {
   OpRef r;
   r.index = index;
+  r.program = program;
   r.name = str(op.name());
   r.layer = op.layer();
   r.inputs = vec(op.inputs());
@@ -340,20 +415,20 @@ void Plan::validate_op(const fb::Op& op, int index) {
   check_list("outputs", r.outputs, spec.outputs, 1, n_buffers);
   check_list("weights", r.weights, weight_specs(spec, r.scaled), repeat, n_weights);
   check_list("states", r.states, spec.states, 1, n_states);
-  ops_.push_back(std::move(r));
+  return r;
 }
 
 // Order and memory: every input is written before it is read, the token ids are never overwritten, and no
 // op writes bytes that it also reads (except exact in-place updates the kernels allow).
-void Plan::validate_dataflow() {
+void Plan::validate_dataflow(const std::vector<OpRef>& ops, std::vector<bool> written, const std::vector<int>& results,
+                             const std::string& what) {
   const fb::Plan& p = *fb_;
-  std::vector<bool> written(p.buffers()->size(), false);
-  written[p.token_ids()] = true;
+  std::vector<bool> inputs = written;  // the buffers the caller fills: never overwritten
   auto range = [&](int b) {
     const fb::Buffer& buf = *p.buffers()->Get(b);
     return std::pair<uint64_t, uint64_t>(buf.offset(), buf.offset() + uint64_t(p.max_rows()) * buf.row_elems() * 4);
   };
-  for (const OpRef& op : ops_) {
+  for (const OpRef& op : ops) {
     for (size_t k = 0; k < op.inputs.size(); ++k) {
       int b = op.inputs[k];
       if (b >= 0 && !written[b])
@@ -364,7 +439,10 @@ void Plan::validate_dataflow() {
     for (size_t k = 0; k < op.outputs.size(); ++k) {
       int b = op.outputs[k];
       if (b < 0) continue;  // an absent optional output
-      if (b == p.token_ids()) fail(op, "writes the token_ids buffer");
+      if (inputs[size_t(b)])
+        fail(op, b == p.token_ids() && op.program.empty()
+                     ? std::string("writes the token_ids buffer")
+                     : "writes its program's input buffer " + std::to_string(b));
       auto [lo, hi] = range(b);
       auto overlaps = [&](int other) {
         auto [olo, ohi] = range(other);
@@ -390,7 +468,8 @@ void Plan::validate_dataflow() {
     for (int b : op.outputs)
       if (b >= 0) written[b] = true;
   }
-  if (!written[p.logits()]) fail("no op writes the logits buffer " + std::to_string(p.logits()));
+  for (int b : results)
+    if (!written[size_t(b)]) fail("no op writes " + what + " " + std::to_string(b));
 }
 
 }  // namespace smelt::runtime

@@ -33,12 +33,21 @@ struct OpRef {
   std::vector<int> inputs, outputs, weights, states;
   std::map<std::string, AttrValue, std::less<>> attrs;
   bool scaled = false;  // the weight list is the scaled form (each weight followed by its scale)
+  std::string program;  // "" = the main forward, else the Program it belongs to (named in errors)
 
   int64_t i(std::string_view attr) const;
   double f(std::string_view attr) const;
   const std::string& s(std::string_view attr) const;
   const std::vector<int64_t>& ints(std::string_view attr) const;
   std::string where() const;  // "op 3 (smelt.linear, layer 0)"
+};
+
+// A further entry point (schemas/plan.fbs Program), validated like the main op list: its ops never write
+// state, every input of an op is written earlier in the program or is one of the program's inputs.
+struct Program {
+  std::string name;
+  std::vector<OpRef> ops;
+  std::vector<int> inputs, outputs;  // buffer ids
 };
 
 class Plan {
@@ -50,6 +59,8 @@ class Plan {
   const std::string& path() const { return path_; }
   const smelt::plan::Plan& fb() const { return *fb_; }
   const std::vector<OpRef>& ops() const { return ops_; }
+  const std::vector<Program>& programs() const { return programs_; }
+  const Program* program(std::string_view name) const;  // nullptr when the plan has no such program
   uint32_t version_major() const { return major_; }
   uint32_t version_minor() const { return minor_; }
 
@@ -74,14 +85,18 @@ class Plan {
   Plan() = default;
   void validate();
   void validate_tables();
-  void validate_op(const smelt::plan::Op& op, int index);
-  void validate_dataflow();
+  OpRef validate_op(const smelt::plan::Op& op, int index, const std::string& program);
+  void validate_programs();
+  // Every op input written before it is read (`written`: the buffers set before the first op).
+  void validate_dataflow(const std::vector<OpRef>& ops, std::vector<bool> written, const std::vector<int>& results,
+                         const std::string& what);
 
   std::string path_;
   std::vector<uint8_t> bytes_;  // the whole file; the payload starts at plan_file::kHeaderSize
   const smelt::plan::Plan* fb_ = nullptr;
   uint32_t major_ = 0, minor_ = 0;
   std::vector<OpRef> ops_;
+  std::vector<Program> programs_;
 
  public:
   Plan(Plan&& o) noexcept = default;

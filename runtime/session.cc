@@ -2,13 +2,35 @@
 
 #include <algorithm>
 #include <cmath>
+#include <climits>
 #include <numeric>
+
+#include <nlohmann/json.hpp>
 
 namespace smelt::runtime {
 
 Session::Session(Plan plan, const std::string& model_dir)
     : plan_(std::move(plan)), weights_(Weights::load(plan_, model_dir)) {
   backend_ = std::make_unique<cpu::CpuBackend>(plan_, weights_);
+  for (size_t k = 0; k < plan_.programs().size(); ++k)
+    if (plan_.programs()[k].name == "dspark_draft") draft_program_ = int(k);
+  if (draft_program_ >= 0) {
+    // The block's shape comes from the model config the plan was compiled from.
+    const auto* config = plan_.fb().model_config_json();
+    nlohmann::json cfg = nlohmann::json::parse(config ? config->str() : "", nullptr, /*allow_exceptions=*/false);
+    auto get = [&](const char* key) -> int64_t {
+      if (!cfg.is_object() || !cfg.contains(key) || !cfg[key].is_number_integer())
+        plan_.fail("has the dspark_draft program but its model config has no integer '" + std::string(key) + "'");
+      return cfg[key].get<int64_t>();
+    };
+    draft_block_ = get("dspark_block_size");
+    draft_noise_ = get("dspark_noise_token_id");
+    if (draft_block_ < 1 || draft_block_ > plan_.max_rows())
+      plan_.fail("dspark_block_size " + std::to_string(draft_block_) + " is outside [1, max_rows " +
+                 std::to_string(plan_.max_rows()) + "]");
+    if (draft_noise_ < 0 || draft_noise_ > INT32_MAX)
+      plan_.fail("dspark_noise_token_id " + std::to_string(draft_noise_) + " is not a token id");
+  }
 }
 
 std::unique_ptr<Session> Session::open(const std::string& plan_path, const std::string& model_dir) {
@@ -35,6 +57,25 @@ std::vector<float> Session::prefill(std::span<const int32_t> ids, int chunk) {
 }
 
 std::vector<float> Session::decode(int32_t id) { return prefill(std::span<const int32_t>(&id, 1), 1); }
+
+Draft Session::draft(int32_t last_token) {
+  if (draft_program_ < 0) plan_.fail("has no dspark_draft program (a DeepSeek-V4.1 plan with DSpark stages)");
+  if (position_ < 1) plan_.fail("drafting needs the forward to have run at least one position");
+  const Program& prog = plan_.programs()[size_t(draft_program_)];
+  const int rows = int(draft_block_);
+  int32_t* ids = backend_->buffer_i32(prog.inputs[0]);
+  ids[0] = last_token;
+  for (int r = 1; r < rows; ++r) ids[r] = int32_t(draft_noise_);
+  backend_->run_program(size_t(draft_program_), position_, rows);
+  Draft d;
+  const int32_t* out_ids = reinterpret_cast<const int32_t*>(backend_->buffer_bytes(prog.outputs[0]));
+  const float* conf = backend_->buffer_f32(prog.outputs[1]);
+  const float* logits = backend_->buffer_f32(prog.outputs[2]);
+  d.ids.assign(out_ids, out_ids + rows);
+  d.confidence.assign(conf, conf + rows);
+  d.logits.assign(logits, logits + int64_t(rows) * plan_.row_elems(prog.outputs[2]));
+  return d;
+}
 
 cpu::CaptureTable Session::take_captures() {
   cpu::CaptureTable t = std::move(backend_->captures());

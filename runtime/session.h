@@ -14,6 +14,13 @@
 
 namespace smelt::runtime {
 
+// One DSpark drafting step (Session::draft).
+struct Draft {
+  std::vector<int32_t> ids;       // the drafts for positions t+2 .. t+B+1
+  std::vector<float> confidence;  // one per draft
+  std::vector<float> logits;      // [B, vocab], the Markov bias included
+};
+
 class Session {
  public:
   // `model_dir`: overrides the plan's recorded model directory when not empty.
@@ -25,6 +32,14 @@ class Session {
   std::vector<float> prefill(std::span<const int32_t> ids, int chunk = 0);
   // Feeds one token; returns its logits [vocab].
   std::vector<float> decode(int32_t id);
+
+  // DSpark (plans with the dspark_draft program, DeepSeek-V4.1): after the forward has run through position
+  // t = position() - 1 and produced `last_token`, drafts B = dspark_block_size tokens for the positions after
+  // it from the block [last_token, noise, ...] at positions t+1 .. t+B. Reads the sequence state, writes
+  // none: the sequence is unchanged.
+  bool can_draft() const { return draft_program_ >= 0; }
+  int64_t draft_block() const { return draft_block_; }  // B (0 without the program)
+  Draft draft(int32_t last_token);
 
   int64_t position() const { return position_; }
   // smelt.capture: while on, every chunk's captured rows are collected; take_captures() hands them over
@@ -43,6 +58,8 @@ class Session {
   Weights weights_;
   std::unique_ptr<cpu::CpuBackend> backend_;
   int64_t position_ = 0;
+  int draft_program_ = -1;  // index of dspark_draft in plan.programs(), -1 = none
+  int64_t draft_block_ = 0, draft_noise_ = 0;
 };
 
 // Greedy: the largest logit; ties go to the lower id.

@@ -1,6 +1,6 @@
 // smelt-run: runs a compiled plan on the cpu backend.
 //   generate PLAN --prompt-ids 1,2,3 --max-new-tokens N [--greedy | --temperature T --top-p P --seed S]
-//            [--format text|json] [--chunk N] [--model DIR]
+//            [--format text|json] [--chunk N] [--model DIR] [--show-drafts]
 //   logits   PLAN --prompt-ids ... [--decode-ids ...] --out FILE.safetensors [--chunk N] [--model DIR]
 //            [--captures FILE.safetensors]   (plans compiled with --capture-intermediates)
 //   inspect  PLAN [--format text|json]
@@ -67,7 +67,7 @@ std::span<const float> row(const std::vector<float>& logits, int64_t r, int64_t 
 struct GenerateArgs {
   std::string plan, prompt_ids, prompt, format = "text", model;
   int max_new_tokens = 0, chunk = 0, spec_k = 0;
-  bool greedy = false, has_temperature = false;
+  bool greedy = false, has_temperature = false, show_drafts = false;
   double temperature = 0.0;
   double top_p = 1.0;
   uint64_t seed = 0;
@@ -81,7 +81,12 @@ int generate(const GenerateArgs& a) {
   if (a.spec_k > 0) throw smelt::Error("--spec-k: speculative decoding is not implemented yet");
   std::vector<int32_t> prompt = parse_ids(a.prompt_ids, "--prompt-ids");
   auto session = Session::open(a.plan, a.model);
+  if (a.show_drafts && !session->can_draft())
+    throw smelt::Error(a.plan + ": --show-drafts needs a plan with the dspark_draft program (DeepSeek-V4.1 with "
+                       "DSpark stages)");
   int64_t need = int64_t(prompt.size()) + std::max(a.max_new_tokens - 1, 0);
+  // Drafting after the last decode step runs its block at the positions after it.
+  if (a.show_drafts && a.max_new_tokens > 1) need += session->draft_block();
   if (need > session->plan().max_seq_len())
     throw smelt::Error(a.plan + ": " + std::to_string(prompt.size()) + " prompt tokens + " +
                        std::to_string(a.max_new_tokens) + " new tokens need " + std::to_string(need) +
@@ -96,12 +101,28 @@ int generate(const GenerateArgs& a) {
   std::vector<int32_t> tokens;
   double decode_ms = 0.0;
   if (a.max_new_tokens > 0) tokens.push_back(sampler.sample(row(logits, int64_t(prompt.size()) - 1, vocab)));
+  // DSpark: after each decode step (the main model fed the token at position t and produced the next one),
+  // one drafting step from that token; it leaves the sequence as it was.
+  nlohmann::ordered_json drafts = nlohmann::ordered_json::array();
+  double draft_ms = 0.0;
   auto t1 = std::chrono::steady_clock::now();
   while (int(tokens.size()) < a.max_new_tokens) {
     std::vector<float> next = session->decode(tokens.back());
     tokens.push_back(sampler.sample(next));
+    if (a.show_drafts) {
+      auto td = std::chrono::steady_clock::now();
+      smelt::runtime::Draft d = session->draft(tokens.back());
+      draft_ms += ms_since(td);
+      nlohmann::ordered_json j;
+      j["step"] = drafts.size();
+      j["position"] = session->position() - 1;
+      j["input_id"] = tokens.back();
+      j["ids"] = d.ids;
+      j["confidence"] = d.confidence;
+      drafts.push_back(j);
+    }
   }
-  decode_ms = ms_since(t1);
+  decode_ms = ms_since(t1) - draft_ms;
   int decode_steps = std::max(a.max_new_tokens - 1, 0);
   double per_token = decode_steps ? decode_ms / decode_steps : 0.0;
   double tokens_per_s = per_token > 0 ? 1000.0 / per_token : 0.0;
@@ -113,10 +134,25 @@ int generate(const GenerateArgs& a) {
     j["prefill_ms"] = prefill_ms;
     j["decode_ms_per_token"] = per_token;
     j["tokens_per_s"] = tokens_per_s;
+    if (a.show_drafts) {
+      j["draft_ms_per_step"] = drafts.empty() ? 0.0 : draft_ms / double(drafts.size());
+      j["drafts"] = drafts;
+    }
     std::cout << j.dump(-1, ' ', false, kReplace) << "\n";
   } else {
     for (size_t i = 0; i < tokens.size(); ++i) std::cout << (i ? " " : "") << tokens[i];
     std::cout << "\n";
+    for (const auto& d : drafts) {  // one line per step: "draft STEP POSITION INPUT_ID: IDS / CONFIDENCES"
+      std::cout << "draft " << d["step"] << " " << d["position"] << " " << d["input_id"] << ":";
+      for (const auto& id : d["ids"]) std::cout << " " << id;
+      std::cout << " /";
+      for (const auto& c : d["confidence"]) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, " %.6g", c.get<double>());
+        std::cout << buf;
+      }
+      std::cout << "\n";
+    }
     std::fprintf(stderr, "prefill: %zu tokens in %.2f ms; decode: %d steps at %.3f ms/token (%.1f tokens/s)\n",
                  prompt.size(), prefill_ms, decode_steps, per_token, tokens_per_s);
   }
@@ -269,6 +305,8 @@ int main(int argc, char** argv) {
   gen->add_option("--format", g.format, "text or json")->check(CLI::IsMember({"text", "json"}));
   gen->add_option("--chunk", g.chunk, "prefill chunk rows (0 = the plan's max_rows)")->check(kCount);
   gen->add_option("--model", g.model, "checkpoint directory (default: the one recorded in the plan)");
+  gen->add_flag("--show-drafts", g.show_drafts,
+                "DeepSeek-V4.1 DSpark: after each decode step, draft a block and report its ids and confidences");
 
   LogitsArgs l;
   CLI::App* lg = app.add_subcommand("logits", "write float32 logits of a prompt (and decode steps) to safetensors");

@@ -295,4 +295,33 @@ def Smelt_CaptureOp : Smelt_ComputeOp<"capture"> {
                        CommonAttrs);
 }
 
+def Smelt_ConcatOp : Smelt_ComputeOp<"concat"> {
+  let summary = "y = the rows of x0, x1, ... side by side (2 to 4 inputs)";
+  let arguments = !con((ins Variadic<Smelt_Rows>:$xs), CommonAttrs);
+  let results = (outs Smelt_Rows:$y);
+}
+
+//===--------------------------------------------------------------------------------------------------===//
+// DeepSeek-V4.1 DSpark drafter (docs/ops.md, section DSpark; the @dspark_draft program)
+//===--------------------------------------------------------------------------------------------------===//
+
+def Smelt_DsparkAttentionOp : Smelt_ComputeOp<"dspark_attention"> {
+  let summary = "the draft block's attention: window ring (positions <= p0-1) + the block's own kv, unmasked";
+  let arguments = !con((ins Smelt_Rows:$q, Smelt_Rows:$kv, FlatSymbolRefAttr:$sink, FlatSymbolRefAttr:$window_ring,
+                            Smelt_I64:$heads, Smelt_I64:$head_dim, Smelt_I64:$window, F64Attr:$scale), CommonAttrs);
+  let results = (outs Smelt_Rows:$o);
+}
+
+def Smelt_DsparkHeadOp : Smelt_ComputeOp<"dspark_head"> {
+  let summary = "Markov logits bias, greedy drafts one position after the other, confidence";
+  let description = [{
+    `logits` = head(norm(x)) of the block's rows (fp32), `x` the collapsed stream, `ids` the block's input
+    ids (row 0: the token the drafts continue). Results: the logits with the Markov bias, the drafts, the
+    confidences.
+  }];
+  let arguments = !con((ins Smelt_Rows:$logits, Smelt_Rows:$x, Smelt_IRows:$ids, FlatSymbolRefAttr:$markov_embed,
+                            FlatSymbolRefAttr:$markov_head, FlatSymbolRefAttr:$proj), CommonAttrs);
+  let results = (outs Smelt_Rows:$biased_logits, Smelt_IRows:$draft_ids, Smelt_Rows:$confidence);
+}
+
 #endif  // SMELT_OPS_TD

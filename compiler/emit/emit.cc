@@ -1,5 +1,6 @@
 // One plan Buffer per SSA value of @forward (the ids argument first, then every op result in program order),
-// weights and states in symbol order, ops in program order with their id lists in docs/ops.md order.
+// weights and states in symbol order, ops in program order with their id lists in docs/ops.md order. Further
+// entry points (@dspark_draft) follow as Plan.programs, their buffers after @forward's.
 #include "compiler/emit/emit.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -67,6 +68,7 @@ unsigned plan_arity(mlir::Operation* op) {
   if (llvm::isa<MoeRouteOp>(op)) return 2;         // x, ids or -1
   if (llvm::isa<HcCollapseOp>(op)) return 2;       // X, pre or -1 (one-hot)
   if (llvm::isa<IndexerV41Op>(op)) return 3;       // q, w, cand_in or -1
+  if (llvm::isa<ConcatOp>(op)) return 4;           // x0, x1, x2 or -1, x3 or -1
   return op->getNumOperands();
 }
 
@@ -140,13 +142,9 @@ std::vector<uint8_t> emit_plan(mlir::ModuleOp module, const EmitOptions& o) {
                                              plan::DType::F32, &dims));
   }
 
-  // Buffers: one per SSA value.
+  // Buffers: one per SSA value, function by function.
   llvm::DenseMap<mlir::Value, int32_t> buffer_id;
   std::vector<fb::Offset<plan::Buffer>> buffers;
-  mlir::Block& body = f.getBody().front();
-  auto ret = llvm::dyn_cast<mlir::func::ReturnOp>(body.getTerminator());
-  if (!ret || ret.getNumOperands() != 1 || body.getNumArguments() != 1)
-    throw Error("plan emission: @forward must take the ids and return the logits");
   auto add_buffer = [&](mlir::Value v, const std::string& name, int64_t offset) {
     auto t = llvm::cast<mlir::RankedTensorType>(v.getType());
     int64_t row_elems = t.getDimSize(1), bytes = max_rows * row_elems * (t.getElementTypeBitWidth() / 8);
@@ -157,81 +155,122 @@ std::vector<uint8_t> emit_plan(mlir::ModuleOp module, const EmitOptions& o) {
     buffers.push_back(plan::CreateBufferDirect(fbb, name.c_str(), plan_dtype(t.getElementType(), "buffer " + name),
                                                row_elems, uint64_t(offset)));
   };
-  auto arg_off = f.getArgAttrOfType<mlir::IntegerAttr>(0, "smelt.offset");
-  if (!arg_off) throw Error("plan emission: the ids argument has no smelt.offset (run smelt-plan-memory first)");
-  add_buffer(body.getArgument(0), "ids", arg_off.getInt());
 
-  std::vector<fb::Offset<plan::Op>> ops;
-  for (mlir::Operation& op : body.without_terminator()) {
-    std::string opname = op.getName().getStringRef().str();
-    if (!is_compute_op(&op)) throw Error("plan emission: @forward holds '" + opname + "', which is not a smelt op");
-    auto layer_attr = op.getAttrOfType<mlir::IntegerAttr>("layer");
-    int32_t layer = layer_attr ? int32_t(layer_attr.getInt()) : -1;
-    std::string where = (layer >= 0 ? "layers." + std::to_string(layer) + "." : std::string()) + opname.substr(6);
-    auto kernel = op.getAttrOfType<mlir::StringAttr>("kernel");
-    if (!kernel) throw Error("plan emission: " + where + " has no kernel (run smelt-select-kernels first)");
-    auto offsets = op.getAttrOfType<mlir::DenseI64ArrayAttr>("offsets");
-    if (op.getNumResults() && (!offsets || offsets.size() != (int64_t)op.getNumResults()))
-      throw Error("plan emission: " + where + " has no offsets for its results (run smelt-plan-memory first)");
-
-    std::vector<int32_t> inputs, outputs, wids, sids;
-    for (mlir::Value v : op.getOperands()) {
-      auto it = buffer_id.find(v);
-      if (it == buffer_id.end()) throw Error("plan emission: " + where + " reads a value that no earlier op computes");
-      inputs.push_back(it->second);
+  // The ops of one function; `prefix` names its buffers ("" for @forward), `result_names` its returned values.
+  auto emit_ops = [&](mlir::func::FuncOp fn, const std::string& prefix, const std::vector<std::string>& result_names) {
+    mlir::Block& body = fn.getBody().front();
+    auto ret = llvm::dyn_cast<mlir::func::ReturnOp>(body.getTerminator());
+    for (unsigned i = 0; i < body.getNumArguments(); ++i) {
+      auto off = fn.getArgAttrOfType<mlir::IntegerAttr>(i, "smelt.offset");
+      if (!off)
+        throw Error("plan emission: an argument of @" + fn.getSymName().str() +
+                    " has no smelt.offset (run smelt-plan-memory first)");
+      add_buffer(body.getArgument(i), prefix + "ids", off.getInt());
     }
-    inputs.resize(plan_arity(&op), -1);
-    for (auto [i, r] : llvm::enumerate(op.getResults())) {
-      std::string name = r == ret.getOperand(0) ? std::string("logits")
-                                                : where + (op.getNumResults() > 1 ? ":" + std::to_string(i) : "");
-      add_buffer(r, name, offsets[i]);
-      outputs.push_back(buffer_id[r]);
-    }
-    outputs.resize(plan_results(&op), -1);
-    auto lookup = [&](const llvm::StringMap<int32_t>& ids, const SymbolUse& u, const char* what) -> int32_t {
-      if (!u.ref) return -1;
-      auto it = ids.find(u.ref.getValue());
-      if (it == ids.end())
-        throw Error("plan emission: " + where + " " + what + " '" + u.role + "' refers to @" + u.ref.getValue().str() +
-                    ", which is not a smelt." + what);
-      return it->second;
-    };
-    for (const SymbolUse& u : weight_uses(&op)) wids.push_back(lookup(weight_id, u, "weight"));
-    for (const SymbolUse& u : state_uses(&op)) sids.push_back(lookup(state_id, u, "state"));
+    std::vector<fb::Offset<plan::Op>> ops;
+    for (mlir::Operation& op : body.without_terminator()) {
+      std::string opname = op.getName().getStringRef().str();
+      if (!is_compute_op(&op))
+        throw Error("plan emission: @" + fn.getSymName().str() + " holds '" + opname + "', which is not a smelt op");
+      auto layer_attr = op.getAttrOfType<mlir::IntegerAttr>("layer");
+      int32_t layer = layer_attr ? int32_t(layer_attr.getInt()) : -1;
+      std::string where = (layer >= 0 ? "layers." + std::to_string(layer) + "." : std::string()) + opname.substr(6);
+      auto kernel = op.getAttrOfType<mlir::StringAttr>("kernel");
+      if (!kernel) throw Error("plan emission: " + where + " has no kernel (run smelt-select-kernels first)");
+      auto offsets = op.getAttrOfType<mlir::DenseI64ArrayAttr>("offsets");
+      if (op.getNumResults() && (!offsets || offsets.size() != (int64_t)op.getNumResults()))
+        throw Error("plan emission: " + where + " has no offsets for its results (run smelt-plan-memory first)");
 
-    std::vector<fb::Offset<plan::Attr>> attrs;
-    for (mlir::NamedAttribute a : op.getAttrDictionary()) {
-      if (!is_model_attr(a)) continue;
-      std::string name = a.getName().str();
-      mlir::Attribute v = a.getValue();
-      if (auto b = llvm::dyn_cast<mlir::BoolAttr>(v)) {
-        attrs.push_back(plan::CreateAttrDirect(fbb, name.c_str(), b.getValue() ? 1 : 0));
-      } else if (auto i = llvm::dyn_cast<mlir::IntegerAttr>(v)) {
-        attrs.push_back(plan::CreateAttrDirect(fbb, name.c_str(), i.getInt()));
-      } else if (auto fl = llvm::dyn_cast<mlir::FloatAttr>(v)) {
-        attrs.push_back(plan::CreateAttrDirect(fbb, name.c_str(), 0, fl.getValueAsDouble()));
-      } else if (auto s = llvm::dyn_cast<mlir::StringAttr>(v)) {
-        attrs.push_back(plan::CreateAttrDirect(fbb, name.c_str(), 0, 0.0, nullptr, s.str().c_str()));
-      } else if (auto d = llvm::dyn_cast<mlir::DenseI64ArrayAttr>(v)) {
-        std::vector<int64_t> ints(d.asArrayRef().begin(), d.asArrayRef().end());
-        attrs.push_back(plan::CreateAttrDirect(fbb, name.c_str(), 0, 0.0, &ints));
-      } else {
-        throw Error("plan emission: " + where + " attribute '" + name + "' = " + text(v) + " has no plan form");
+      std::vector<int32_t> inputs, outputs, wids, sids;
+      for (mlir::Value v : op.getOperands()) {
+        auto it = buffer_id.find(v);
+        if (it == buffer_id.end())
+          throw Error("plan emission: " + where + " reads a value that no earlier op computes");
+        inputs.push_back(it->second);
       }
+      inputs.resize(plan_arity(&op), -1);
+      for (auto [i, r] : llvm::enumerate(op.getResults())) {
+        std::string name = prefix + where + (op.getNumResults() > 1 ? ":" + std::to_string(i) : "");
+        for (unsigned k = 0; k < ret.getNumOperands(); ++k)
+          if (r == ret.getOperand(k)) name = prefix + result_names.at(k);
+        add_buffer(r, name, offsets[i]);
+        outputs.push_back(buffer_id[r]);
+      }
+      outputs.resize(plan_results(&op), -1);
+      auto lookup = [&](const llvm::StringMap<int32_t>& ids, const SymbolUse& u, const char* what) -> int32_t {
+        if (!u.ref) return -1;
+        auto it = ids.find(u.ref.getValue());
+        if (it == ids.end())
+          throw Error("plan emission: " + where + " " + what + " '" + u.role + "' refers to @" +
+                      u.ref.getValue().str() + ", which is not a smelt." + what);
+        return it->second;
+      };
+      for (const SymbolUse& u : weight_uses(&op)) wids.push_back(lookup(weight_id, u, "weight"));
+      for (const SymbolUse& u : state_uses(&op)) sids.push_back(lookup(state_id, u, "state"));
+
+      std::vector<fb::Offset<plan::Attr>> attrs;
+      for (mlir::NamedAttribute a : op.getAttrDictionary()) {
+        if (!is_model_attr(a)) continue;
+        std::string name = a.getName().str();
+        mlir::Attribute v = a.getValue();
+        if (auto b = llvm::dyn_cast<mlir::BoolAttr>(v)) {
+          attrs.push_back(plan::CreateAttrDirect(fbb, name.c_str(), b.getValue() ? 1 : 0));
+        } else if (auto i = llvm::dyn_cast<mlir::IntegerAttr>(v)) {
+          attrs.push_back(plan::CreateAttrDirect(fbb, name.c_str(), i.getInt()));
+        } else if (auto fl = llvm::dyn_cast<mlir::FloatAttr>(v)) {
+          attrs.push_back(plan::CreateAttrDirect(fbb, name.c_str(), 0, fl.getValueAsDouble()));
+        } else if (auto s = llvm::dyn_cast<mlir::StringAttr>(v)) {
+          attrs.push_back(plan::CreateAttrDirect(fbb, name.c_str(), 0, 0.0, nullptr, s.str().c_str()));
+        } else if (auto d = llvm::dyn_cast<mlir::DenseI64ArrayAttr>(v)) {
+          std::vector<int64_t> ints(d.asArrayRef().begin(), d.asArrayRef().end());
+          attrs.push_back(plan::CreateAttrDirect(fbb, name.c_str(), 0, 0.0, &ints));
+        } else {
+          throw Error("plan emission: " + where + " attribute '" + name + "' = " + text(v) + " has no plan form");
+        }
+      }
+      ops.push_back(plan::CreateOpDirect(fbb, opname.c_str(), kernel.str().c_str(), layer, &inputs, &outputs, &wids,
+                                         &sids, &attrs));
     }
-    ops.push_back(plan::CreateOpDirect(fbb, opname.c_str(), kernel.str().c_str(), layer, &inputs, &outputs, &wids,
-                                       &sids, &attrs));
-  }
+    return ops;
+  };
+
+  mlir::Block& body = f.getBody().front();
+  auto ret = llvm::dyn_cast<mlir::func::ReturnOp>(body.getTerminator());
+  if (!ret || ret.getNumOperands() != 1 || body.getNumArguments() != 1)
+    throw Error("plan emission: @forward must take the ids and return the logits");
+  std::vector<fb::Offset<plan::Op>> ops = emit_ops(f, "", {"logits"});
   auto logits = buffer_id.find(ret.getOperand(0));
   if (logits == buffer_id.end()) throw Error("plan emission: @forward returns a value no op computes");
+
+  // Further entry points, in module order.
+  std::vector<fb::Offset<plan::Program>> programs;
+  for (auto g : module.getOps<mlir::func::FuncOp>()) {
+    if (g == f) continue;
+    const std::string name = g.getSymName().str();
+    if (name != "dspark_draft" || g.getBody().empty())
+      throw Error("plan emission: @" + name + " is not an entry point a plan can hold (expected @dspark_draft)");
+    mlir::Block& gb = g.getBody().front();
+    auto gret = llvm::dyn_cast<mlir::func::ReturnOp>(gb.getTerminator());
+    if (!gret || gret.getNumOperands() != 3 || gb.getNumArguments() != 1)
+      throw Error("plan emission: @dspark_draft must take the ids and return draft ids, confidence and logits");
+    std::vector<fb::Offset<plan::Op>> gops = emit_ops(g, name + ":", {"draft_ids", "confidence", "logits"});
+    std::vector<int32_t> in{buffer_id[gb.getArgument(0)]}, out;
+    for (mlir::Value v : gret.getOperands()) {
+      auto it = buffer_id.find(v);
+      if (it == buffer_id.end()) throw Error("plan emission: @" + name + " returns a value no op computes");
+      out.push_back(it->second);
+    }
+    programs.push_back(plan::CreateProgramDirect(fbb, name.c_str(), &gops, &in, &out));
+  }
 
   std::string version = compiler_version();
   auto root = plan::CreatePlanDirect(fbb, version.c_str(), family.c_str(), config.c_str(), o.target.c_str(),
                                      o.target_json.c_str(), pipeline.c_str(), &options, &ckpt, &weights, &buffers,
                                      &states, &ops, /*token_ids=*/0, logits->second, max_rows, max_seq_len,
-                                     uint64_t(arena), /*kernels=*/nullptr);
+                                     uint64_t(arena), /*kernels=*/nullptr, programs.empty() ? nullptr : &programs);
   plan::FinishPlanBuffer(fbb, root);
-  return plan_file::wrap({fbb.GetBufferPointer(), fbb.GetSize()});
+  // Format 1.1 added Plan.programs; a plan without them is a 1.0 plan, readable by older runtimes.
+  return plan_file::wrap({fbb.GetBufferPointer(), fbb.GetSize()}, plan_file::kVersionMajor, programs.empty() ? 0 : 1);
 }
 
 }  // namespace smelt

@@ -3,6 +3,8 @@
 //   - one smelt.state per piece of per-sequence state,
 //   - func.func @forward(%ids: tensor<?x1xi32>) -> tensor<?xVxf32>: the V4 forward of docs/ops.md, or for
 //     DeepSeek-V4.1 the backbone (+ Engram) forward of the official inference code (importer_v41.cc),
+//   - V4.1 with DSpark stages: func.func @dspark_draft(%ids: tensor<?x1xi32>) -> (draft ids, confidence,
+//     logits), the drafter (docs/ops.md, section DSpark),
 //   - module attributes smelt.model_family, smelt.config, smelt.checkpoint_files, smelt.model_dir,
 //     smelt.max_seq_len.
 #pragma once

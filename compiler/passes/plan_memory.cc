@@ -1,6 +1,7 @@
-// smelt-plan-memory: every SSA value of @forward gets a slot in one arena. Live range of a value = [index of
-// its defining op, index of its last user] in program order (the ids argument is defined at -1, the returned
-// value lives to the return). Values are placed in definition order at the lowest offset that does not
+// smelt-plan-memory: every SSA value of @forward gets a slot in one arena (so does every value of a further
+// entry point such as @dspark_draft, planned on its own over the same arena). Live range of a value = [index
+// of its defining op, index of its last user] in program order (the ids argument is defined at -1, the
+// returned value lives to the return). Values are placed in definition order at the lowest offset that does not
 // overlap any placed value whose live range overlaps its own (first fit). Ranges are closed, so an op's
 // outputs never alias its inputs (the input's range reaches the op) nor each other (same start).
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -27,17 +28,8 @@ struct Slot {
 struct PlanMemory : impl::SmeltPlanMemoryBase<PlanMemory> {
   using SmeltPlanMemoryBase::SmeltPlanMemoryBase;
 
-  void runOnOperation() override {
-    mlir::ModuleOp module = getOperation();
-    if (maxRows <= 0) {
-      module.emitError() << "smelt-plan-memory: max-rows must be positive, got " << int64_t(maxRows);
-      return signalPassFailure();
-    }
-    auto f = module.lookupSymbol<mlir::func::FuncOp>("forward");
-    if (!f || f.getBody().empty()) {
-      module.emitError() << "smelt-plan-memory: the module has no func.func @forward with a body";
-      return signalPassFailure();
-    }
+  // Places the values of one function; `arena` grows to the bytes it needs.
+  bool plan(mlir::func::FuncOp f, mlir::Builder& b, int64_t& arena) {
     mlir::Block& body = f.getBody().front();
     llvm::DenseMap<mlir::Operation*, int64_t> index;
     int64_t n = 0;
@@ -61,9 +53,8 @@ struct PlanMemory : impl::SmeltPlanMemoryBase<PlanMemory> {
     for (mlir::BlockArgument a : body.getArguments()) add(a, -1);
     for (mlir::Operation& op : body)
       for (mlir::Value r : op.getResults()) add(r, index[&op]);
-    if (!ok) return signalPassFailure();
+    if (!ok) return false;
 
-    int64_t arena = 0;
     for (size_t i = 0; i < slots.size(); ++i) {
       Slot& s = slots[i];
       std::vector<std::pair<int64_t, int64_t>> busy;  // [offset, offset + bytes) of time-overlapping slots
@@ -80,7 +71,6 @@ struct PlanMemory : impl::SmeltPlanMemoryBase<PlanMemory> {
       arena = std::max(arena, at + s.bytes);
     }
 
-    mlir::Builder b(&getContext());
     llvm::DenseMap<mlir::Value, int64_t> offset_of;
     for (const Slot& s : slots) offset_of[s.value] = s.offset;
     for (mlir::BlockArgument a : body.getArguments())
@@ -90,6 +80,31 @@ struct PlanMemory : impl::SmeltPlanMemoryBase<PlanMemory> {
       llvm::SmallVector<int64_t> offs;
       for (mlir::Value r : op.getResults()) offs.push_back(offset_of[r]);
       op.setAttr("offsets", b.getDenseI64ArrayAttr(offs));
+    }
+    return true;
+  }
+
+  void runOnOperation() override {
+    mlir::ModuleOp module = getOperation();
+    if (maxRows <= 0) {
+      module.emitError() << "smelt-plan-memory: max-rows must be positive, got " << int64_t(maxRows);
+      return signalPassFailure();
+    }
+    auto forward = module.lookupSymbol<mlir::func::FuncOp>("forward");
+    if (!forward || forward.getBody().empty()) {
+      module.emitError() << "smelt-plan-memory: the module has no func.func @forward with a body";
+      return signalPassFailure();
+    }
+    // Each entry point (@forward, @dspark_draft) is planned on its own: they never run at the same time, so
+    // they share the arena from offset 0, which is as large as the largest of them needs.
+    int64_t arena = 0;
+    mlir::Builder b(&getContext());
+    for (auto f : module.getOps<mlir::func::FuncOp>()) {
+      if (f.getBody().empty()) {
+        f.emitError() << "smelt-plan-memory: @" << f.getSymName() << " has no body";
+        return signalPassFailure();
+      }
+      if (!plan(f, b, arena)) return signalPassFailure();
     }
     module->setAttr("smelt.arena_bytes", b.getI64IntegerAttr(arena));
     module->setAttr("smelt.max_rows", b.getI64IntegerAttr(maxRows));

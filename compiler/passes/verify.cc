@@ -1,7 +1,10 @@
 // smelt-verify: whole-module checks that no single op can make. Every weight / state reference resolves to
 // the right kind of symbol with the right shape, @forward has the expected signature and holds only smelt
-// ops, and each layer's schedule is sane. All problems are reported, not just the first.
+// ops, and each layer's schedule is sane. A further entry point (@dspark_draft, the V4.1 DSpark drafter) is
+// checked the same way; it only reads state, which @forward writes. All problems are reported, not just the
+// first.
 #include <map>
+#include <set>
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
@@ -24,6 +27,14 @@ std::string shape_str(llvm::ArrayRef<int64_t> s) {
   return out + "]";
 }
 
+// A row tensor type tensor<?xN> of i32 or f32 (width < 0: any N).
+bool is_rows(mlir::Type t, bool i32, int64_t width) {
+  auto r = llvm::dyn_cast<mlir::RankedTensorType>(t);
+  return r && r.getRank() == 2 && r.isDynamicDim(0) && !r.isDynamicDim(1) &&
+         (width < 0 || r.getDimSize(1) == width) &&
+         (i32 ? r.getElementType().isInteger(32) : r.getElementType().isF32());
+}
+
 int64_t layer_of(Operation* op) {
   auto a = op->getAttrOfType<mlir::IntegerAttr>("layer");
   return a ? a.getInt() : -1;
@@ -36,6 +47,7 @@ struct Verifier {
   std::map<Operation*, int> weight_uses_count;
   std::map<Operation*, Operation*> state_writer;  // state -> the op that writes it
   int64_t max_seq_len = -1;
+  std::set<std::string> draft_rings;  // window rings the @dspark_draft attention reads
 
   explicit Verifier(mlir::ModuleOp m) : module(m), symbols(m) {
     if (auto a = m->getAttrOfType<mlir::IntegerAttr>("smelt.max_seq_len")) max_seq_len = a.getInt();
@@ -84,6 +96,7 @@ struct Verifier {
   // The shape a state must have for this op, rows < 0 = any.
   std::pair<int64_t, int64_t> expected_state_shape(Operation* op, llvm::StringRef role) {
     if (auto o = llvm::dyn_cast<WindowKvUpdateOp>(op)) return {o.getWindow(), cols(o.getKv())};
+    if (auto o = llvm::dyn_cast<DsparkAttentionOp>(op)) return {o.getWindow(), o.getHeadDim()};
     if (auto o = llvm::dyn_cast<SparseAttentionOp>(op))
       return {role == "window_ring" ? o.getWindow() : -1, o.getHeadDim()};
     if (auto o = llvm::dyn_cast<IndexerTopkOp>(op)) return {-1, o.getHeadDim()};
@@ -142,11 +155,6 @@ struct Verifier {
 
   void check_signature(mlir::func::FuncOp f) {
     auto ft = f.getFunctionType();
-    auto is_rows = [](mlir::Type t, bool i32, int64_t width) {
-      auto r = llvm::dyn_cast<mlir::RankedTensorType>(t);
-      return r && r.getRank() == 2 && r.isDynamicDim(0) && !r.isDynamicDim(1) && (width < 0 || r.getDimSize(1) == width) &&
-             (i32 ? r.getElementType().isInteger(32) : r.getElementType().isF32());
-    };
     if (ft.getNumInputs() != 1 || !is_rows(ft.getInput(0), true, 1) || ft.getNumResults() != 1 ||
         !is_rows(ft.getResult(0), false, -1)) {
       ok = false;
@@ -165,11 +173,15 @@ struct Verifier {
         attn = a;
       } else if (auto u = llvm::dyn_cast<WindowKvUpdateOp>(op)) {
         if (update) error(op) << "is the second window_kv_update of layer " << layer;
-        if (!attn) error(op) << "updates the window ring before the layer's sparse_attention reads it";
+        // (a DSpark stage's ring is read by @dspark_draft, after @forward wrote it)
+        if (!attn && !draft_rings.count(u.getWindowRingAttr().getValue().str()))
+          error(op) << "updates the window ring before the layer's sparse_attention reads it";
         update = u;
       }
     }
     Operation* first = ops.front();
+    // A DSpark stage's attention runs in @dspark_draft; @forward only writes the stage's window ring.
+    if (!attn && update && draft_rings.count(update.getWindowRingAttr().getValue().str())) return;
     if (!attn) {
       ok = false;
       first->emitError() << "layer " << layer << " has no smelt.sparse_attention";
@@ -200,7 +212,58 @@ struct Verifier {
     }
   }
 
+  // @dspark_draft(ids [?,1] i32) -> (draft ids [?,1] i32, confidence [?,1] f32, logits [?,V] f32): smelt ops
+  // only, no state writes, layers in order with one dspark_attention each, one dspark_head.
+  void check_draft(mlir::func::FuncOp f) {
+    auto ft = f.getFunctionType();
+    if (ft.getNumInputs() != 1 || !is_rows(ft.getInput(0), true, 1) || ft.getNumResults() != 3 ||
+        !is_rows(ft.getResult(0), true, 1) || !is_rows(ft.getResult(1), false, 1) ||
+        !is_rows(ft.getResult(2), false, -1)) {
+      ok = false;
+      f.emitOpError() << "@dspark_draft must have the type (tensor<?x1xi32>) -> (tensor<?x1xi32>, tensor<?x1xf32>, "
+                         "tensor<?xVxf32>), got "
+                      << ft;
+    }
+    if (!f.getBody().hasOneBlock()) {
+      ok = false;
+      f.emitOpError() << "@dspark_draft must have exactly one block";
+      return;
+    }
+    std::map<int64_t, int> attentions;
+    int heads = 0;
+    int64_t last_layer = -1;
+    for (Operation& op : f.getBody().front()) {
+      if (llvm::isa<mlir::func::ReturnOp>(op)) continue;
+      if (!is_compute_op(&op)) {
+        error(&op) << "is not a smelt compute op; @dspark_draft holds only smelt ops";
+        continue;
+      }
+      if (writes_states(&op)) {
+        error(&op) << "writes state; @dspark_draft only reads what @forward wrote";
+        continue;
+      }
+      int64_t layer = layer_of(&op);
+      if (layer >= 0 && layer < last_layer) error(&op) << "of layer " << layer << " is out of order";
+      last_layer = std::max(last_layer, layer);
+      if (llvm::isa<DsparkAttentionOp>(op)) ++attentions[layer];
+      if (llvm::isa<DsparkHeadOp>(op)) ++heads;
+      if (llvm::isa<SparseAttentionOp>(op)) error(&op) << "belongs in @forward";
+      check_weights(&op);
+      check_states(&op);
+    }
+    for (auto [layer, n] : attentions)
+      if (layer < 0 || n != 1) {
+        ok = false;
+        f.emitOpError() << "layer " << layer << " of @dspark_draft has " << n << " dspark_attention ops, expected 1";
+      }
+    if (heads != 1) {
+      ok = false;
+      f.emitOpError() << "@dspark_draft needs exactly one smelt.dspark_head, has " << heads;
+    }
+  }
+
   void run() {
+    module.walk([&](DsparkAttentionOp a) { draft_rings.insert(a.getWindowRingAttr().getValue().str()); });
     auto f = symbols.lookup<mlir::func::FuncOp>("forward");
     if (!f) {
       ok = false;
@@ -231,10 +294,17 @@ struct Verifier {
       } else if (last_layer >= 0) {
         after_layers = true;
       }
+      if (llvm::isa<DsparkAttentionOp, DsparkHeadOp>(op)) error(&op) << "belongs in @dspark_draft, not @forward";
       check_weights(&op);
       check_states(&op);
     }
     for (auto& [layer, ops] : layers) check_layer(layer, ops);
+    // Further entry points, after @forward so that the states they read have their writers recorded.
+    for (auto g : module.getOps<mlir::func::FuncOp>()) {
+      if (g == f) continue;
+      if (g.getSymName() == "dspark_draft") check_draft(g);
+      else error(g) << "is an unknown entry point (expected @forward and optionally @dspark_draft)";
+    }
     for (auto w : module.getOps<WeightOp>())
       if (!weight_uses_count.count(w)) w.emitWarning() << "weight @" << w.getSymName() << " is never used";
     for (auto s : module.getOps<StateOp>())

@@ -61,63 +61,69 @@ CpuBackend::CpuBackend(const Plan& plan, const Weights& weights) : plan_(plan) {
   }
 
   ops_.resize(plan.ops().size());
-  for (size_t k = 0; k < ops_.size(); ++k) {
-    const OpRef& op = plan.ops()[k];
-    PreparedOp& po = ops_[k];
-    po.plan = &plan;
-    po.ref = &op;
-    for (size_t j = 0; j < op.inputs.size(); ++j) {
-      if (op.inputs[j] < 0) continue;
-      uint8_t* b = buffer(op.inputs[j]);
-      if (op.spec->inputs[j].type == 'i') po.in_i[j] = reinterpret_cast<int32_t*>(b);
-      else po.in[j] = reinterpret_cast<float*>(b);
-      po.in_w[j] = plan.row_elems(op.inputs[j]);
-    }
-    for (size_t j = 0; j < op.outputs.size(); ++j) {
-      if (op.outputs[j] < 0) continue;  // absent optional output
-      uint8_t* b = buffer(op.outputs[j]);
-      if (op.spec->outputs[j].type == 'i') po.out_i[j] = reinterpret_cast<int32_t*>(b);
-      else po.out[j] = reinterpret_cast<float*>(b);
-      po.out_w[j] = plan.row_elems(op.outputs[j]);
-    }
-    // moe_experts lists 3 weights per expert (6 with scales); its handler reads them from w1/w2/w3 or
-    // q1/q2/q3 (set below).
-    size_t n_w = op.spec->weights_repeat ? 0 : op.weights.size();
-    if (n_w > std::size(po.w)) plan.fail(op, "has more weights than the cpu backend holds per op");
-    for (size_t j = 0; j < n_w; ++j) {
-      int id = op.weights[j];
-      if (id < 0) continue;
-      po.w[j] = weights.f32(id);
-      po.w_i[j] = weights.i32(id);
-      po.w_raw[j] = weights.raw(id);
-      po.w_rows[j] = plan.weight_shape(id).empty() ? 1 : plan.weight_shape(id)[0];
-    }
-    if (op.spec->weights_repeat && op.scaled) {
-      auto q = [&](size_t j) {
-        return quant_weight(plan, op.weights[j], weights.raw(op.weights[j]), op.weights[j + 1],
-                            weights.raw(op.weights[j + 1]));
-      };
-      for (size_t j = 0; j + 5 < op.weights.size(); j += 6) {
-        po.q1.push_back(q(j));
-        po.q2.push_back(q(j + 2));
-        po.q3.push_back(q(j + 4));
-      }
-    } else if (op.spec->weights_repeat) {
-      for (size_t j = 0; j + 2 < op.weights.size(); j += 3) {
-        po.w1.push_back(weights.f32(op.weights[j]));
-        po.w2.push_back(weights.f32(op.weights[j + 1]));
-        po.w3.push_back(weights.f32(op.weights[j + 2]));
-      }
-    }
-    if (op.states.size() > std::size(po.state)) plan.fail(op, "has more states than the cpu backend holds per op");
-    for (size_t j = 0; j < op.states.size(); ++j) {
-      if (op.states[j] < 0) continue;
-      po.state[j] = states_[op.states[j]].data();
-      po.state_rows[j] = plan.state_shape(op.states[j])[0];
-    }
-    po.round_bf16 = op.s("round") == "bf16";
-    prepare_op(plan, op, po);
+  for (size_t k = 0; k < ops_.size(); ++k) prepare(plan.ops()[k], weights, ops_[k]);
+  for (const Program& prog : plan.programs()) {
+    program_ops_.emplace_back(prog.ops.size());
+    for (size_t k = 0; k < prog.ops.size(); ++k) prepare(prog.ops[k], weights, program_ops_.back()[k]);
   }
+}
+
+// Resolves one op's arena, weight and state pointers, then lets prepare_op set its handler and arguments.
+void CpuBackend::prepare(const OpRef& op, const Weights& weights, PreparedOp& po) {
+  const Plan& plan = plan_;
+  po.plan = &plan;
+  po.ref = &op;
+  for (size_t j = 0; j < op.inputs.size(); ++j) {
+    if (op.inputs[j] < 0) continue;
+    uint8_t* b = buffer(op.inputs[j]);
+    if (op.spec->inputs[j].type == 'i') po.in_i[j] = reinterpret_cast<int32_t*>(b);
+    else po.in[j] = reinterpret_cast<float*>(b);
+    po.in_w[j] = plan.row_elems(op.inputs[j]);
+  }
+  for (size_t j = 0; j < op.outputs.size(); ++j) {
+    if (op.outputs[j] < 0) continue;  // absent optional output
+    uint8_t* b = buffer(op.outputs[j]);
+    if (op.spec->outputs[j].type == 'i') po.out_i[j] = reinterpret_cast<int32_t*>(b);
+    else po.out[j] = reinterpret_cast<float*>(b);
+    po.out_w[j] = plan.row_elems(op.outputs[j]);
+  }
+  // moe_experts lists 3 weights per expert (6 with scales); its handler reads them from w1/w2/w3 or
+  // q1/q2/q3 (set below).
+  size_t n_w = op.spec->weights_repeat ? 0 : op.weights.size();
+  if (n_w > std::size(po.w)) plan.fail(op, "has more weights than the cpu backend holds per op");
+  for (size_t j = 0; j < n_w; ++j) {
+    int id = op.weights[j];
+    if (id < 0) continue;
+    po.w[j] = weights.f32(id);
+    po.w_i[j] = weights.i32(id);
+    po.w_raw[j] = weights.raw(id);
+    po.w_rows[j] = plan.weight_shape(id).empty() ? 1 : plan.weight_shape(id)[0];
+  }
+  if (op.spec->weights_repeat && op.scaled) {
+    auto q = [&](size_t j) {
+      return quant_weight(plan, op.weights[j], weights.raw(op.weights[j]), op.weights[j + 1],
+                          weights.raw(op.weights[j + 1]));
+    };
+    for (size_t j = 0; j + 5 < op.weights.size(); j += 6) {
+      po.q1.push_back(q(j));
+      po.q2.push_back(q(j + 2));
+      po.q3.push_back(q(j + 4));
+    }
+  } else if (op.spec->weights_repeat) {
+    for (size_t j = 0; j + 2 < op.weights.size(); j += 3) {
+      po.w1.push_back(weights.f32(op.weights[j]));
+      po.w2.push_back(weights.f32(op.weights[j + 1]));
+      po.w3.push_back(weights.f32(op.weights[j + 2]));
+    }
+  }
+  if (op.states.size() > std::size(po.state)) plan.fail(op, "has more states than the cpu backend holds per op");
+  for (size_t j = 0; j < op.states.size(); ++j) {
+    if (op.states[j] < 0) continue;
+    po.state[j] = states_[op.states[j]].data();
+    po.state_rows[j] = plan.state_shape(op.states[j])[0];
+  }
+  po.round_bf16 = op.s("round") == "bf16";
+  prepare_op(plan, op, po);
 }
 
 uint8_t* CpuBackend::buffer(int id) const { return arena_.get() + plan_.fb().buffers()->Get(id)->offset(); }
@@ -126,7 +132,15 @@ int32_t* CpuBackend::token_ids() { return reinterpret_cast<int32_t*>(buffer(plan
 
 const float* CpuBackend::logits() const { return reinterpret_cast<const float*>(buffer(plan_.logits())); }
 
-void CpuBackend::run(int64_t p0, int rows) {
+void CpuBackend::run(int64_t p0, int rows) { run_ops(ops_, p0, rows); }
+
+void CpuBackend::run_program(size_t index, int64_t p0, int rows) {
+  if (index >= program_ops_.size())
+    plan_.fail("has no program " + std::to_string(index) + " (" + std::to_string(program_ops_.size()) + " programs)");
+  run_ops(program_ops_[index], p0, rows);
+}
+
+void CpuBackend::run_ops(const std::vector<PreparedOp>& ops, int64_t p0, int rows) {
   if (rows < 1 || rows > plan_.max_rows())
     plan_.fail("chunk of " + std::to_string(rows) + " rows; the plan allows 1 to " + std::to_string(plan_.max_rows()));
   if (p0 < 0 || p0 + rows > plan_.max_seq_len())
@@ -134,7 +148,7 @@ void CpuBackend::run(int64_t p0, int rows) {
                "max_seq_len " + std::to_string(plan_.max_seq_len()));
   for (int r = 0; r < rows; ++r) positions_[r] = p0 + r;
   ExecContext ctx{p0, rows, positions_.data(), capturing_ ? &captures_ : nullptr};
-  for (const PreparedOp& op : ops_) {
+  for (const PreparedOp& op : ops) {
     op.run(op, ctx);
     if (op.round_bf16)
       for (size_t j = 0; j < std::size(op.out); ++j)

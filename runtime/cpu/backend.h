@@ -12,6 +12,7 @@
 
 #include "kernels/attention/reference.h"
 #include "kernels/compressor/reference.h"
+#include "kernels/dspark/reference.h"
 #include "kernels/engram/hash.h"
 #include "kernels/engram/reference.h"
 #include "kernels/indexer/reference.h"
@@ -89,6 +90,9 @@ struct PreparedOp {
   int layer_index = 0;                              // engram: its column block of the hash ids
   std::string capture_name;
   std::vector<int64_t> capture_shape;
+  // V4.1 DSpark
+  kernels::dspark::DraftAttentionArgs dspark_attention;
+  kernels::dspark::DraftHeadArgs dspark_head;
 };
 
 class CpuBackend {
@@ -101,6 +105,11 @@ class CpuBackend {
   int32_t* token_ids();
   // Runs every op over `rows` rows at positions p0 .. p0+rows-1; afterwards logits() holds [rows, vocab].
   void run(int64_t p0, int rows);
+  // Runs plan.programs()[index] over `rows` rows at positions p0 .. p0+rows-1: its input buffers must be
+  // filled first (buffer_i32 / buffer_f32), its outputs are read afterwards. Programs write no state.
+  void run_program(size_t index, int64_t p0, int rows);
+  int32_t* buffer_i32(int id) { return reinterpret_cast<int32_t*>(buffer(id)); }
+  const float* buffer_f32(int id) const { return reinterpret_cast<const float*>(buffer(id)); }
   const float* logits() const;
   // Buffer `id` of the last chunk (rows x row_elems at its arena offset), for tests and tools.
   const uint8_t* buffer_bytes(int id) const { return buffer(id); }
@@ -122,11 +131,14 @@ class CpuBackend {
   uint64_t arena_size_ = 0;
   std::vector<std::vector<float>> states_;
   std::vector<PreparedOp> ops_;
+  std::vector<std::vector<PreparedOp>> program_ops_;  // per plan program
   std::vector<int64_t> positions_;
   CaptureTable captures_;
   bool capturing_ = false;
 
   uint8_t* buffer(int id) const;
+  void prepare(const OpRef& op, const Weights& weights, PreparedOp& po);
+  void run_ops(const std::vector<PreparedOp>& ops, int64_t p0, int rows);
 };
 
 // Fills `p` for op `op` (runtime/cpu/ops.cc). Pointers into the arena, states and weights are resolved
@@ -135,6 +147,8 @@ void prepare_op(const Plan& plan, const OpRef& op, PreparedOp& p);
 // The same for the V4.1 ops (runtime/cpu/ops_v41.cc), and for the V4.1 forms of linear / grouped_linear /
 // moe_experts / swiglu_mlp (quantized weights).
 void prepare_op_v41(const Plan& plan, const OpRef& op, PreparedOp& p);
+// The same for smelt.concat and the DSpark ops (runtime/cpu/ops_dspark.cc).
+void prepare_op_dspark(const Plan& plan, const OpRef& op, PreparedOp& p);
 
 // The RoPE inverse frequencies of a rope / compressor op (`v41`: the official V4.1 table).
 std::vector<float> inv_freq(const OpRef& op, bool v41);

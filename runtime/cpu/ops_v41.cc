@@ -225,6 +225,7 @@ void prepare_op_v41(const Plan& plan, const OpRef& op, PreparedOp& p) {
       p.capture_shape = op.ints("row_shape");
       break;
     default:
+      prepare_op_dspark(plan, op, p);
       break;
   }
 }

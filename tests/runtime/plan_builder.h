@@ -41,6 +41,13 @@ struct OpArg {
   std::vector<AttrArg> attrs;
 };
 
+// A further entry point (plan format 1.1), e.g. dspark_draft.
+struct ProgramArg {
+  std::string name;
+  std::vector<OpArg> ops;
+  std::vector<int> inputs, outputs;
+};
+
 // A fresh directory under the system temp dir, removed at the end of the test.
 struct TempDir {
   std::filesystem::path path;
@@ -78,6 +85,8 @@ class PlanBuilder {
   std::string checkpoint_name = "model.safetensors";
   std::string recorded_path;  // the checkpoint path written into the plan, when not checkpoint_name
   std::vector<OpArg> ops;
+  std::vector<ProgramArg> programs;
+  std::string model_config_json = R"({"vocab_size": 0})";
   uint64_t arena_bytes = 0;  // grows with every buffer; tests may shrink it
 
   // A float weight. BF16 weights keep the upper 16 bits of each value, so values() is exactly what the
@@ -178,8 +187,9 @@ class PlanBuilder {
     std::vector<flatbuffers::Offset<plan::State>> states;
     for (const St& s : states_)
       states.push_back(plan::CreateStateDirect(fbb, s.name.c_str(), s.kind.c_str(), s.layer, plan::DType::F32, &s.shape));
+    auto make_ops = [&](const std::vector<OpArg>& list) {
     std::vector<flatbuffers::Offset<plan::Op>> op_offsets;
-    for (const OpArg& o : ops) {
+    for (const OpArg& o : list) {
       std::vector<flatbuffers::Offset<plan::Attr>> attrs;
       for (const AttrArg& a : o.attrs) {
         auto name = fbb.CreateString(a.name);
@@ -197,15 +207,25 @@ class PlanBuilder {
       op_offsets.push_back(plan::CreateOpDirect(fbb, o.name.c_str(), kernel.c_str(), o.layer, &o.inputs, &o.outputs,
                                                 &o.weights, &o.states, &attrs));
     }
-    auto root = plan::CreatePlanDirect(fbb, "smelt-test 0.1", "deepseek_v4", R"({"vocab_size": 0})", "cpu", "{}",
+    return op_offsets;
+    };
+    std::vector<flatbuffers::Offset<plan::Op>> op_offsets = make_ops(ops);
+    std::vector<flatbuffers::Offset<plan::Program>> program_offsets;
+    for (const ProgramArg& pr : programs) {
+      auto pops = make_ops(pr.ops);
+      program_offsets.push_back(plan::CreateProgramDirect(fbb, pr.name.c_str(), &pops, &pr.inputs, &pr.outputs));
+    }
+    auto root = plan::CreatePlanDirect(fbb, "smelt-test 0.1", "deepseek_v4", model_config_json.c_str(), "cpu", "{}",
                                        "test-pipeline", &opts, &files, &weights, &buffers, &states, &op_offsets,
-                                       token_ids, logits, max_rows, max_seq_len, arena_bytes);
+                                       token_ids, logits, max_rows, max_seq_len, arena_bytes, nullptr,
+                                       programs.empty() ? nullptr : &program_offsets);
     plan::FinishPlanBuffer(fbb, root);
     return std::vector<uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
   }
   std::vector<uint8_t> file(const std::string& model_dir) {
     std::vector<uint8_t> p = payload(model_dir);
-    return plan_file::wrap(p);
+    // Like the compiler: format 1.1 only when the plan has programs.
+    return plan_file::wrap(p, plan_file::kVersionMajor, programs.empty() ? 0 : 1);
   }
   // Writes model_dir/<checkpoint> and `plan_path`.
   void write(const std::string& plan_path, const std::string& model_dir) { write_bytes(plan_path, file(model_dir)); }

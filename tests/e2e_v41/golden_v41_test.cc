@@ -221,39 +221,9 @@ TEST_P(GoldenV41, PrefillIntermediates) {
 INSTANTIATE_TEST_SUITE_P(Goldens, GoldenV41, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
-// 4. tiny_full: Engram hash ids of the prompt, exact (`engram.prompt_hash_ids` [69][2 layers][6], each already
-// offset into its layer's table, as smelt.engram_hash writes them). Only when the plan exposes them as a
-// capture; the hash itself is tested exactly in tests/quant either way.
-TEST(GoldenV41Engram, PromptHashIds) {
-  if (!have_tools()) GTEST_SKIP() << "smelt-compile / smelt-run are not built (SMELT_BUILD_COMPILER=OFF)";
-  if (!have_case("tiny_full")) GTEST_SKIP() << goldens_dir() / "tiny_full" << " is absent (set SMELT_SHARED_DIR)";
-  Golden g = load_golden("tiny_full");
-  CompileResult c = compile_case(g, true);
-  ASSERT_TRUE(c.failure.empty()) << c.failure;
-  LogitsRun run = run_logits(c.plan, g.prompt, {}, work_dir() / g.name, "prefill_captures_engram", true);
-  ASSERT_TRUE(run.failure.empty()) << run.failure;
-  auto f = SafetensorsFile::open(run.captures);
-  std::string name;
-  for (const TensorInfo& t : f.tensors()) {
-    std::string lower = t.name;
-    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char ch) { return char(std::tolower(ch)); });
-    if (lower.find("engram") != std::string::npos && lower.find("hash") != std::string::npos) name = t.name;
-  }
-  if (name.empty()) GTEST_SKIP() << "the plan exposes no Engram hash ids as a capture (tested exactly in tests/quant)";
-  Tensor ours = read_tensor(f, name);
-  auto ref = g.tokens.at("engram").at("prompt_hash_ids").get<std::vector<std::vector<std::vector<int64_t>>>>();
-  std::vector<double> flat;
-  for (const auto& pos : ref)
-    for (const auto& layer : pos)
-      for (int64_t h : layer) flat.push_back(double(h));
-  ASSERT_EQ(ours.values.size(), flat.size()) << name << " size";
-  int64_t differing = 0, first = -1, cols = int64_t(flat.size() / ref.size());
-  for (size_t e = 0; e < flat.size(); ++e)
-    if (ours.values[e] != flat[e]) differing += 1, first = first < 0 ? int64_t(e) : first;
-  note("[tiny_full] engram hash ids (" + name + "): " + std::to_string(differing) + " of " + std::to_string(flat.size()) +
-       " differ" + (first >= 0 ? ", first at position " + std::to_string(first / cols) : ""));
-  EXPECT_EQ(differing, 0);
-}
+// The Engram hash ids are checked exactly against the golden's `engram.prompt_hash_ids` in tests/quant
+// (kernels/engram); the plan does not expose them as a capture (captures are F32 streams), so no end-to-end
+// check here.
 
 }  // namespace
 }  // namespace smelt::e2e_v41

@@ -23,6 +23,7 @@
 
 #include "frontends/model.h"
 #include "frontends/safetensors.h"
+#include "tests/common/process.h"
 
 namespace fs = std::filesystem;
 
@@ -66,11 +67,6 @@ std::vector<Case> discover_cases() {
   return cases;
 }
 
-std::string tool(const char* env, const char* built) {
-  if (const char* e = std::getenv(env); e && *e) return e;
-  return built;
-}
-
 #ifdef SMELT_COMPILE_BIN
 const char* kCompileBin = SMELT_COMPILE_BIN;
 #else
@@ -82,48 +78,13 @@ const char* kRunBin = SMELT_RUN_BIN;
 const char* kRunBin = "";
 #endif
 
-// ---- processes ---------------------------------------------------------------------------------------------
+// ---- processes (tests/common/process.h) -----------------------------------------------------------------
 
-struct ProcessResult {
-  int rc = -1;
-  std::string out, err;
-};
-
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += (c == '\'') ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-std::string read_text(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-// Runs argv, stdout captured, stderr into err_file (returned too).
-ProcessResult run_process(const std::vector<std::string>& argv, const fs::path& err_file) {
-  std::string cmd;
-  for (const auto& a : argv) cmd += shell_quote(a) + " ";
-  cmd += "2>" + shell_quote(err_file.string());
-  ProcessResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int status = pclose(p);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-  r.err = read_text(err_file);
-  return r;
-}
-
-std::string describe(const std::vector<std::string>& argv, const ProcessResult& r) {
-  std::string s = "command:";
-  for (const auto& a : argv) s += " " + a;
-  return s + "\nexit " + std::to_string(r.rc) + "\nstdout: " + r.out.substr(0, 2000) + "\nstderr: " + r.err.substr(0, 4000);
-}
+using smelt::test_process::describe;
+using smelt::test_process::ProcessResult;
+using smelt::test_process::read_text;
+using smelt::test_process::run_process;
+std::string tool(const char* env, const char* built) { return smelt::test_process::tool_path(env, built); }
 
 // ---- tensors -------------------------------------------------------------------------------------------------
 

@@ -29,49 +29,10 @@ const char* kRunBin = SMELT_RUN_BIN;
 const char* kRunBin = "";
 #endif
 
-std::string tool(const char* env, const char* built) {
-  if (const char* e = std::getenv(env); e && *e) return e;
-  return built;
-}
-
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += (c == '\'') ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
 }  // namespace
 
-std::string compile_bin() { return tool("SMELT_COMPILE", kCompileBin); }
-std::string run_bin() { return tool("SMELT_RUN", kRunBin); }
-
-std::string read_text(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-ProcessResult run_process(const std::vector<std::string>& argv, const fs::path& err_file) {
-  std::string cmd;
-  for (const auto& a : argv) cmd += shell_quote(a) + " ";
-  cmd += "2>" + shell_quote(err_file.string());
-  ProcessResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int status = pclose(p);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-  r.err = read_text(err_file);
-  return r;
-}
-
-std::string describe(const std::vector<std::string>& argv, const ProcessResult& r) {
-  std::string s = "command:";
-  for (const auto& a : argv) s += " " + a;
-  return s + "\nexit " + std::to_string(r.rc) + "\nstdout: " + r.out.substr(0, 2000) + "\nstderr: " + r.err.substr(0, 4000);
-}
+std::string compile_bin() { return test_process::tool_path("SMELT_COMPILE", kCompileBin); }
+std::string run_bin() { return test_process::tool_path("SMELT_RUN", kRunBin); }
 
 std::string join_ids(const std::vector<int64_t>& ids) {
   std::string s;

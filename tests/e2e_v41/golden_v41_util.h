@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "frontends/safetensors.h"
+#include "tests/common/process.h"
 
 namespace smelt::e2e_v41 {
 
@@ -17,14 +18,10 @@ namespace fs = std::filesystem;
 std::string compile_bin();
 std::string run_bin();
 
-struct ProcessResult {
-  int rc = -1;
-  std::string out, err;
-};
-// Runs argv with stdout captured and stderr written to err_file.
-ProcessResult run_process(const std::vector<std::string>& argv, const fs::path& err_file);
-std::string describe(const std::vector<std::string>& argv, const ProcessResult& r);
-std::string read_text(const fs::path& p);
+using test_process::describe;
+using test_process::ProcessResult;
+using test_process::read_text;
+using test_process::run_process;
 std::string join_ids(const std::vector<int64_t>& ids);
 
 // ---- tensors -----------------------------------------------------------------------------------------------------

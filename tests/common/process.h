@@ -13,6 +13,22 @@ struct ProcessResult {
 
 // `env` overrides `built` when set and non-empty (empty result = the tool is not built).
 std::string tool_path(const char* env, const char* built);
+// The smelt tools under test: SMELT_COMPILE / SMELT_RUN in the environment override the paths the including
+// test target was built with (its SMELT_COMPILE_BIN / SMELT_RUN_BIN compile definitions); "" = not built.
+inline std::string compile_tool() {
+#ifdef SMELT_COMPILE_BIN
+  return tool_path("SMELT_COMPILE", SMELT_COMPILE_BIN);
+#else
+  return tool_path("SMELT_COMPILE", "");
+#endif
+}
+inline std::string run_tool() {
+#ifdef SMELT_RUN_BIN
+  return tool_path("SMELT_RUN", SMELT_RUN_BIN);
+#else
+  return tool_path("SMELT_RUN", "");
+#endif
+}
 std::string shell_quote(const std::string& s);
 std::string read_text(const std::filesystem::path& p);
 // Runs argv with stdout captured and stderr written to err_file (and returned in err).

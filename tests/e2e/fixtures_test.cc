@@ -67,16 +67,6 @@ std::vector<Case> discover_cases() {
   return cases;
 }
 
-#ifdef SMELT_COMPILE_BIN
-const char* kCompileBin = SMELT_COMPILE_BIN;
-#else
-const char* kCompileBin = "";
-#endif
-#ifdef SMELT_RUN_BIN
-const char* kRunBin = SMELT_RUN_BIN;
-#else
-const char* kRunBin = "";
-#endif
 
 // ---- processes (tests/common/process.h) -----------------------------------------------------------------
 
@@ -84,7 +74,6 @@ using smelt::test_process::describe;
 using smelt::test_process::ProcessResult;
 using smelt::test_process::read_text;
 using smelt::test_process::run_process;
-std::string tool(const char* env, const char* built) { return smelt::test_process::tool_path(env, built); }
 
 // ---- tensors -------------------------------------------------------------------------------------------------
 
@@ -160,8 +149,8 @@ double relative_error(const Tensor& ours, const Tensor& ref, double* max_abs_err
 class Fixture : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
-    compile_bin_ = tool("SMELT_COMPILE", kCompileBin);
-    run_bin_ = tool("SMELT_RUN", kRunBin);
+    compile_bin_ = smelt::test_process::compile_tool();
+    run_bin_ = smelt::test_process::run_tool();
     if (compile_bin_.empty()) GTEST_SKIP() << "smelt-compile is not built (SMELT_BUILD_COMPILER=OFF)";
     if (run_bin_.empty()) GTEST_SKIP() << "smelt-run is not built";
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();

@@ -34,6 +34,7 @@
 
 #include "frontends/safetensors.h"
 #include "runtime/session.h"
+#include "tests/common/process.h"
 #include "tests/kernels/dspark_drafter.h"
 
 namespace smelt {
@@ -41,16 +42,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-#ifdef SMELT_COMPILE_BIN
-const char* kCompileBin = SMELT_COMPILE_BIN;
-#else
-const char* kCompileBin = "";
-#endif
-#ifdef SMELT_RUN_BIN
-const char* kRunBin = SMELT_RUN_BIN;
-#else
-const char* kRunBin = "";
-#endif
+const std::string kCompileBin = test_process::compile_tool();
+const std::string kRunBin = test_process::run_tool();
 
 constexpr double kLogitTol = 0.5;
 constexpr double kConfTol = 0.5;
@@ -103,7 +96,7 @@ int run(const std::vector<std::string>& argv, std::string* out, std::string* err
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-bool have_everything() { return *kCompileBin && *kRunBin && fs::exists(kCase / "model.safetensors"); }
+bool have_everything() { return !kCompileBin.empty() && !kRunBin.empty() && fs::exists(kCase / "model.safetensors"); }
 
 // The tiny_full plan (with block captures or without), compiled once per test run.
 std::string plan_path(bool captures = false) {
@@ -295,7 +288,7 @@ TEST(DsparkE2E, SessionDraftVsTheGoldenWhereTheMainModelAgrees) {
 
 TEST(DsparkE2E, ShowDraftsNeedsTheDraftProgram) {
   const fs::path backbone = fs::path(SMELT_GOLDENS_V41_DIR) / "tiny_backbone";
-  if (!*kCompileBin || !*kRunBin || !fs::exists(backbone / "model.safetensors"))
+  if (kCompileBin.empty() || kRunBin.empty() || !fs::exists(backbone / "model.safetensors"))
     GTEST_SKIP() << "needs smelt-compile, smelt-run and the tiny_backbone golden";
   std::string out, err;
   const std::string plan = (kWork / ("tiny_backbone." + std::to_string(getpid()) + ".smelt")).string();

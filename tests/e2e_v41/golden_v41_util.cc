@@ -17,22 +17,8 @@ namespace smelt::e2e_v41 {
 
 // ---- tools and processes -------------------------------------------------------------------------------------------
 
-namespace {
-#ifdef SMELT_COMPILE_BIN
-const char* kCompileBin = SMELT_COMPILE_BIN;
-#else
-const char* kCompileBin = "";
-#endif
-#ifdef SMELT_RUN_BIN
-const char* kRunBin = SMELT_RUN_BIN;
-#else
-const char* kRunBin = "";
-#endif
-
-}  // namespace
-
-std::string compile_bin() { return test_process::tool_path("SMELT_COMPILE", kCompileBin); }
-std::string run_bin() { return test_process::tool_path("SMELT_RUN", kRunBin); }
+std::string compile_bin() { return test_process::compile_tool(); }
+std::string run_bin() { return test_process::run_tool(); }
 
 std::string join_ids(const std::vector<int64_t>& ids) {
   std::string s;

@@ -34,6 +34,7 @@
 #include "kernels/quant/reference.h"
 #include "kernels/rms_norm/reference.h"
 #include "kernels/rope/reference.h"
+#include "tests/kernels/golden_tensors.h"
 
 namespace smelt::kernels {
 namespace {
@@ -45,36 +46,7 @@ const std::string kGoldens = std::string(SMELT_SHARED_DIR) + "/goldens/v41/";
 
 // ---- the golden files -------------------------------------------------------------------------------------
 
-// One safetensors file, tensors by name.
-struct Tensors {
-  SafetensorsFile file;
-  explicit Tensors(const std::string& path) : file(SafetensorsFile::open(path)) {}
-
-  const TensorInfo& info(const std::string& name) const {
-    for (const auto& t : file.tensors())
-      if (t.name == name) return t;
-    throw std::runtime_error("golden tensor missing: " + name);
-  }
-  const uint8_t* raw(const std::string& name) const { return file.mapping()->data() + info(name).offset; }
-  // F32 or BF16 tensor as float32.
-  Vec floats(const std::string& name) const {
-    const TensorInfo& t = info(name);
-    const uint8_t* b = raw(name);
-    Vec v(size_t(t.numel()));
-    if (t.dtype == DType::F32) {
-      std::memcpy(v.data(), b, 4 * v.size());
-    } else if (t.dtype == DType::BF16) {
-      for (size_t i = 0; i < v.size(); ++i) {
-        uint16_t h;
-        std::memcpy(&h, b + 2 * i, 2);
-        v[i] = quant::bf16_to_f32(h);
-      }
-    } else {
-      throw std::runtime_error("not a float tensor: " + name);
-    }
-    return v;
-  }
-};
+using golden::Tensors;
 
 // A golden case; tiny_backbone_selectall shares tiny_backbone's checkpoint.
 std::string model_dir(const std::string& name) {

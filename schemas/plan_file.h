@@ -17,7 +17,8 @@ namespace smelt::plan_file {
 inline constexpr char kMagic[8] = {'S', 'M', 'E', 'L', 'T', 'P', 'L', 'N'};
 inline constexpr uint32_t kVersionMajor = 1;
 // Minor 1: Plan.programs (further entry points, e.g. the DSpark drafter). Minor 0 plans read as before.
-inline constexpr uint32_t kVersionMinor = 1;
+// Minor 2: partitioned plans (Plan.tp/pp/ranks, Weight.source_shape, collective ops). Older plans read as before.
+inline constexpr uint32_t kVersionMinor = 2;
 inline constexpr size_t kHeaderSize = 32;
 
 inline uint64_t fnv1a64(const uint8_t* p, size_t n, uint64_t h = 0xcbf29ce484222325ull) {

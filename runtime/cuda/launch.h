@@ -1,0 +1,75 @@
+// The contract between the cuda backend (runtime/cuda/backend.cc: memory, weights, modules, graphs) and the
+// per-op launchers (runtime/cuda/ops*.cc: which kernels an op runs, with which arguments).
+//
+// Kernels are CUDA C++ in kernels/<family>/*.cu, compiled by NVRTC at plan time (never at start-up) into one
+// module per family per arch and stored in the plan (Plan.kernels). Entry points are `extern "C" __global__`.
+// Activations are the plan's F32 / I32 row buffers in one device arena, exactly as on the cpu backend.
+// Decode steps are replayed as CUDA graphs, so a launcher must not bake per-step values into kernel
+// arguments: the chunk's first position lives in device memory (`step`) and kernels read it there. The
+// row count IS a kernel argument: a graph is captured per row-count bucket.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/plan.h"
+
+namespace smelt::runtime::cuda {
+
+using DevPtr = unsigned long long;  // CUdeviceptr, without pulling in cuda.h (loaded with dlopen)
+
+// Per-chunk values kernels read from device memory (updated before every run / graph replay).
+struct StepInfo {
+  int64_t p0;    // absolute position of row 0
+  int32_t rows;  // rows of this chunk (also passed by value)
+  int32_t pad;
+};
+
+// A weight as the backend holds it on the device: the stored bytes (after the plan's transform), or, when a
+// launcher asked for it at prepare time (see Prepare::want_f32), converted to F32.
+struct DeviceWeight {
+  DevPtr ptr = 0;
+  smelt::plan::DType dtype = smelt::plan::DType::F32;
+  std::vector<int64_t> shape;
+};
+
+class Launcher;  // the backend's services to launchers (below)
+
+// Everything a launcher needs to run one op of the plan over one chunk.
+struct OpLaunch {
+  const Plan* plan = nullptr;
+  const OpRef* op = nullptr;
+  int rows = 0;
+  DevPtr step = 0;                       // StepInfo*
+  DevPtr in[4] = {}, out[3] = {};        // arena buffers by operand position (0 = absent)
+  int64_t in_w[4] = {}, out_w[3] = {};   // row_elems of each
+  std::vector<const DeviceWeight*> w;    // weights by operand position (nullptr = absent; moe_experts has many)
+  DevPtr state[4] = {};                  // F32 states, row-major [state_rows, state_cols]
+  int64_t state_rows[4] = {}, state_cols[4] = {};
+  void* stream = nullptr;                // CUstream
+  DevPtr scratch = 0;                    // per-op scratch, as large as the launcher asked at prepare time
+  Launcher* backend = nullptr;
+};
+
+// Backend services: look up a kernel function of the plan's modules and launch it on the op's stream.
+class Launcher {
+ public:
+  virtual ~Launcher() = default;
+  // `name` is the extern "C" entry point, e.g. "smelt_rms_norm_f32"; throws smelt::Error if no module of
+  // the plan for this device's arch has it.
+  virtual void launch(const OpLaunch& l, const char* name, unsigned grid_x, unsigned grid_y, unsigned grid_z,
+                      unsigned block_x, unsigned shared_bytes, void** args) = 0;
+};
+
+// Asked once per op when the plan is loaded: how much scratch the op needs at `max_rows` rows.
+struct Prepare {
+  uint64_t scratch_bytes = 0;
+};
+
+// runtime/cuda/ops*.cc: one entry per op name of docs/ops.md. `prepare` may be called before any `run`.
+void prepare_op(const Plan& plan, const OpRef& op, int64_t max_rows, Prepare& out);
+void run_op(const OpLaunch& l);
+// Whether an op name has a cuda launcher (the compiler refuses plans with ops that have none).
+bool has_launcher(const std::string& op_name);
+
+}  // namespace smelt::runtime::cuda

@@ -22,6 +22,9 @@ inline float round_bf16(float x) {
   return x;
 }
 
+// The model's bf16 rounding points switch off together (smelt-numerics{mode=fp32}): `on` false keeps fp32.
+inline float round_bf16_if(bool on, float x) { return on ? round_bf16(x) : x; }
+
 inline void round_bf16_inplace(float* x, size_t n) {
   for (size_t i = 0; i < n; ++i) x[i] = round_bf16(x[i]);
 }

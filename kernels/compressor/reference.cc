@@ -94,10 +94,10 @@ void project(const float* x, const float* w, int in, int out, float* y, bool bf1
   }
 }
 
-// The reference's RMSNorm on a bf16 tensor: float32 math, result stored in bf16.
-void rms_norm_bf16(float* v, const float* weight, int n, float eps) {
+// The reference's RMSNorm on a bf16 tensor: float32 math, result stored in bf16 (`bf16` false: kept fp32).
+void rms_norm_bf16(float* v, const float* weight, int n, float eps, bool bf16 = true) {
   rms_norm(v, weight, v, 1, n, 1, eps);
-  round_bf16_inplace(v, size_t(n));
+  if (bf16) round_bf16_inplace(v, size_t(n));
 }
 
 }  // namespace
@@ -109,6 +109,7 @@ void kv_compressor_v41(const KvCompressorV41Args& a, const float* x, int rows, i
   if (r == 2 && (!a.wgate || !ring)) throw smelt::Error("kv_compressor_v41: ratio 2 needs wgate and a ring");
   const int ring_rows = a.ring_rows > 0 ? a.ring_rows : r;
   const int64_t ring_w = 2 * int64_t(hd);
+  const bool mn = a.model_numerics;
 
   // ratio 2: per position kv then gate, float32, not rounded (the reference's kv_state / score_state).
   std::vector<float> proj;
@@ -135,28 +136,32 @@ void kv_compressor_v41(const KvCompressorV41Args& a, const float* x, int rows, i
       for (int c = 0; c < hd; ++c) {
         const float g0 = s0[hd + c], g1 = s1[hd + c], mx = std::fmax(g0, g1);
         const float e0 = std::exp(g0 - mx), e1 = std::exp(g1 - mx), sum = e0 + e1;
-        latent[c] = round_bf16(s0[c] * (e0 / sum) + s1[c] * (e1 / sum));
+        latent[c] = round_bf16_if(mn, s0[c] * (e0 / sum) + s1[c] * (e1 / sum));
       }
     } else {
-      project(x + (j - p0) * D, a.wkv, D, hd, latent.data(), true);
+      project(x + (j - p0) * D, a.wkv, D, hd, latent.data(), mn);
     }
-    rms_norm_bf16(latent.data(), a.norm, hd, a.eps);
+    rms_norm_bf16(latent.data(), a.norm, hd, a.eps, mn);
     const int64_t pos = j * r;  // a latent stands for the first token of its group
 
     if (a.wk && index_pool) {
       const int di = a.index_head_dim;
-      project(latent.data(), a.wk, hd, di, key.data(), true);
-      rms_norm_bf16(key.data(), a.k_norm, di, a.eps);
+      project(latent.data(), a.wk, hd, di, key.data(), mn);
+      rms_norm_bf16(key.data(), a.k_norm, di, a.eps, mn);
       rope(key.data(), 1, 1, di, a.rope_dim, a.inv_freq, &pos, false);
-      round_bf16_inplace(key.data(), size_t(di));
-      quant::qdq_index(key.data(), di);
+      if (mn) {
+        round_bf16_inplace(key.data(), size_t(di));
+        quant::qdq_index(key.data(), di);
+      }
       std::memcpy(index_pool + j * di, key.data(), sizeof(float) * size_t(di));
     }
 
     std::copy(latent.begin(), latent.end(), rotated.begin());
     rope(rotated.data(), 1, 1, hd, a.rope_dim, a.inv_freq, &pos, false);
-    round_bf16_inplace(rotated.data(), size_t(hd));
-    quant::qdq_compressed_kv(rotated.data(), hd);
+    if (mn) {
+      round_bf16_inplace(rotated.data(), size_t(hd));
+      quant::qdq_compressed_kv(rotated.data(), hd);
+    }
     std::memcpy(pool + j * hd, rotated.data(), sizeof(float) * size_t(hd));
   }
 

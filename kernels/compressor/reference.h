@@ -47,6 +47,8 @@ struct KvCompressorV41Args {
   const float* inv_freq = nullptr;  // rope_dim/2, the compress table (rope_inv_freq_v41)
   // Slot count R of `ring` for ratio 2: 0 means R = ratio. R = ratio + K survives a rollback of K positions.
   int ring_rows = 0;
+  // false (smelt-numerics{mode=fp32}): none of the bf16 roundings and FP4 fake quants below, all fp32.
+  bool model_numerics = true;
 };
 
 // x [rows, D] (bf16 values) at positions p0 .. p0+rows-1.

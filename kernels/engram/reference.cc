@@ -40,10 +40,22 @@ void engram_forward(const EngramArgs& a, const float* X, float* out) {
       float* dst = e.data() + int64_t(r) * K + int64_t(c) * hd;
       const uint8_t* src = a.table + row * hd;
       const uint8_t* sc = a.table_scale + row * (hd / 32);
-      for (int i = 0; i < hd; ++i) dst[i] = round_bf16(quant::e4m3_decode(src[i]) * quant::e8m0_decode(sc[i / 32]));
+      for (int i = 0; i < hd; ++i) dst[i] = round_bf16_if(a.model_numerics, quant::e4m3_decode(src[i]) * quant::e8m0_decode(sc[i / 32]));
     }
   }
-  quant::fp8_linear(e.data(), a.rows, K, a.wkv, a.wkv_scale, N, 32, kv.data(), /*bf16_out=*/true, 32);
+  if (a.model_numerics)
+    quant::fp8_linear(e.data(), a.rows, K, a.wkv, a.wkv_scale, N, 32, kv.data(), /*bf16_out=*/true, 32);
+  else
+  {  // fp32: the dequantized weight times the fp32 rows, summed in K order
+    std::vector<float> w(size_t(N) * K);
+    quant::dequant_fp8_weight(a.wkv, a.wkv_scale, N, K, 32, w.data());
+    for (int r = 0; r < a.rows; ++r)
+      for (int o = 0; o < N; ++o) {
+        float s = 0.0f;
+        for (int k = 0; k < K; ++k) s += e[size_t(r) * K + k] * w[size_t(o) * K + k];
+        kv[size_t(r) * N + o] = s;
+      }
+  }
 
   const float inv_sqrt_dim = float(std::pow(double(D), -0.5));
   std::vector<float> tmp(D);
@@ -62,7 +74,7 @@ void engram_forward(const EngramArgs& a, const float* X, float* out) {
       const float dot = float(sum) * rstd * inv_sqrt_dim;
       const float mag = std::sqrt(std::max(std::fabs(dot), 1e-6f));
       const float gate = 1.0f / (1.0f + std::exp(-std::copysign(mag, dot)));
-      for (int d = 0; d < D; ++d) tmp[d] = round_bf16(h[d] + gate * value[d]);
+      for (int d = 0; d < D; ++d) tmp[d] = round_bf16_if(a.model_numerics, h[d] + gate * value[d]);
       std::copy(tmp.begin(), tmp.end(), out + (int64_t(r) * n + c) * D);
     }
   }

@@ -22,6 +22,7 @@ struct EngramArgs {
   const float* k_weight = nullptr;       // [n, D]
   const int32_t* hashes = nullptr;       // row r's `cols` table rows at hashes[r * hash_stride ...]
   int hash_stride = 0;                   // 0 means cols
+  bool model_numerics = true;            // false: no bf16 roundings, no activation quantization (fp32)
 };
 
 // X, out [T, n*D] (bf16 values; out may alias X). Per position:

@@ -99,13 +99,13 @@ void hc_collapse(const float* X, const float* pre, int rows, int n, int dim, flo
   }
 }
 
-void hc_mean(const float* X, int rows, int n, int dim, float* m) {
+void hc_mean(const float* X, int rows, int n, int dim, float* m, bool bf16) {
   for (int r = 0; r < rows; ++r) {
     const float* x = X + int64_t(r) * n * dim;
     for (int d = 0; d < dim; ++d) {
       float s = 0.0f;
       for (int c = 0; c < n; ++c) s += x[int64_t(c) * dim + d];
-      m[int64_t(r) * dim + d] = round_bf16(s / float(n));
+      m[int64_t(r) * dim + d] = round_bf16_if(bf16, s / float(n));
     }
   }
 }

@@ -24,7 +24,7 @@ void hc_collapse(const float* X, const float* pre, int rows, int n, int dim, flo
 
 // V4.1 DSpark target capture (`smelt.hc_mean`): m[r] = bf16((sum_c X[r, c, :]) / n), summed in copy order in
 // float32, as torch's mean over the copies of a bf16 stream.
-void hc_mean(const float* X, int rows, int n, int dim, float* m);
+void hc_mean(const float* X, int rows, int n, int dim, float* m, bool bf16 = true);  // bf16 false: fp32 mean
 
 // out[r, k, :] = post[r, k] * y[r, :] + sum_a comb[r, a*n + k] * X[r, a, :]. out must not alias X.
 void hc_expand(const float* X, const float* y, const float* post, const float* comb, int rows, int n, int dim,

@@ -71,10 +71,10 @@ void indexer_v41(const IndexerV41Args& a, int32_t* idx, int32_t* cand_out) {
       const float* key = a.keys + j * hd;
       float s = 0.0f;  // bf16 terms summed over heads in float32, rounded to bf16 once
       for (int h = 0; h < H; ++h) {
-        const float qk = round_bf16(detail::dot_exact(q + int64_t(h) * hd, key, hd));
-        s += round_bf16(std::fmax(qk, 0.0f) * w[h]);
+        const float qk = round_bf16_if(a.model_numerics, detail::dot_exact(q + int64_t(h) * hd, key, hd));
+        s += round_bf16_if(a.model_numerics, std::fmax(qk, 0.0f) * w[h]);
       }
-      s = round_bf16(s);
+      s = round_bf16_if(a.model_numerics, s);
       score[size_t(j)] = std::isnan(s) ? kNegInf : s;  // a NaN would break the ordering: rank it last
     }
 

@@ -36,6 +36,7 @@ struct IndexerV41Args {
   int candidate_block_size = 0;
   bool is_candidate_source = false;
   const int32_t* cand_in = nullptr;  // [rows, candidate_blocks] block ids (-1 = none), or nullptr
+  bool model_numerics = true;        // false: scores in fp32, no bf16 roundings
 };
 
 // Query at position p sees entries j < (p+1)/ratio. score(j) = bf16(sum_h bf16(relu(bf16(q_h . k_j)) * w_h)),

@@ -109,10 +109,10 @@ namespace {
 // The reference's Expert.forward on `rows` gathered rows: y [rows, dim] (bf16 values). weights: one routing
 // weight per row, or nullptr (shared expert).
 void expert_v41(const float* x, int rows, int dim, int inter, const QuantWeight& w1, const QuantWeight& w2,
-                const QuantWeight& w3, float limit, const float* weights, float* y) {
+                const QuantWeight& w3, float limit, const float* weights, float* y, bool mn) {
   std::vector<float> g(size_t(rows) * inter), u(size_t(rows) * inter);
-  linear_quant(x, rows, dim, inter, w1, true, g.data(), /*bf16_out=*/true);
-  linear_quant(x, rows, dim, inter, w3, true, u.data(), /*bf16_out=*/true);
+  linear_quant(x, rows, dim, inter, w1, mn, g.data(), /*bf16_out=*/mn);
+  linear_quant(x, rows, dim, inter, w3, mn, u.data(), /*bf16_out=*/mn);
   for (int r = 0; r < rows; ++r)
     for (int f = 0; f < inter; ++f) {
       float gv = g[size_t(r) * inter + f], uv = u[size_t(r) * inter + f];
@@ -122,21 +122,21 @@ void expert_v41(const float* x, int rows, int dim, int inter, const QuantWeight&
       }
       float act = detail::silu(gv) * uv;
       if (weights) act = weights[r] * act;  // the routing weight before w2, in fp32
-      g[size_t(r) * inter + f] = round_bf16(act);
+      g[size_t(r) * inter + f] = round_bf16_if(mn, act);
     }
-  linear_quant(g.data(), rows, inter, dim, w2, true, y, /*bf16_out=*/true);
+  linear_quant(g.data(), rows, inter, dim, w2, mn, y, /*bf16_out=*/mn);
 }
 
 }  // namespace
 
 void swiglu_mlp_v41(const float* x, int rows, int dim, int inter, const QuantWeight& w1, const QuantWeight& w2,
-                    const QuantWeight& w3, float limit, float* y) {
-  expert_v41(x, rows, dim, inter, w1, w2, w3, limit, nullptr, y);
+                    const QuantWeight& w3, float limit, float* y, bool model_numerics) {
+  expert_v41(x, rows, dim, inter, w1, w2, w3, limit, nullptr, y, model_numerics);
 }
 
 void moe_experts_v41(const float* x, int rows, int dim, int inter, const QuantWeight* w1, const QuantWeight* w2,
                      const QuantWeight* w3, int n_experts, const float* weights, const int32_t* idx, int topk,
-                     float limit, float* y) {
+                     float limit, float* y, bool model_numerics) {
   std::fill(y, y + int64_t(rows) * dim, 0.0f);
   std::vector<int> tok;
   std::vector<float> xs, ws, ys;
@@ -156,7 +156,7 @@ void moe_experts_v41(const float* x, int rows, int dim, int inter, const QuantWe
     xs.resize(size_t(m) * dim);
     ys.resize(size_t(m) * dim);
     for (int i = 0; i < m; ++i) std::memcpy(xs.data() + int64_t(i) * dim, x + int64_t(tok[i]) * dim, sizeof(float) * dim);
-    expert_v41(xs.data(), m, dim, inter, w1[e], w2[e], w3[e], limit, ws.data(), ys.data());
+    expert_v41(xs.data(), m, dim, inter, w1[e], w2[e], w3[e], limit, ws.data(), ys.data(), model_numerics);
     for (int i = 0; i < m; ++i) {
       float* yr = y + int64_t(tok[i]) * dim;
       const float* ye = ys.data() + int64_t(i) * dim;

@@ -38,6 +38,7 @@ void moe_experts(const float* x, int rows, int dim, int inter, const float* cons
                  float limit, float* y);
 
 // ---- V4.1 (official inference code `Expert` / `MoE.forward`) ------------------------------------------
+// model_numerics false (smelt-numerics{mode=fp32}): no activation quantization and no bf16 rounding below.
 // One expert on quantized weights (w1/w3 [inter, dim], w2 [dim, inter]; routed experts FP4, the shared
 // expert FP8 with 32x32 blocks), every linear with FP8 activation quantization:
 //   g = bf16(x w1^T), u = bf16(x w3^T) (the GEMMs' bf16 outputs, then fp32);
@@ -46,13 +47,13 @@ void moe_experts(const float* x, int rows, int dim, int inter, const float* cons
 
 // Shared expert: y [rows, dim] (bf16 values).
 void swiglu_mlp_v41(const float* x, int rows, int dim, int inter, const QuantWeight& w1, const QuantWeight& w2,
-                    const QuantWeight& w3, float limit, float* y);
+                    const QuantWeight& w3, float limit, float* y, bool model_numerics = true);
 
 // Routed experts: y[r] = fp32 sum of expert outputs (each bf16, weighted before w2 as above) in ascending
 // expert order, starting from 0. Not rounded: the reference adds the shared expert's bf16 output in fp32
 // and rounds the total to bf16 (the caller's `add` with round). w1/w2/w3 are per-expert arrays.
 void moe_experts_v41(const float* x, int rows, int dim, int inter, const QuantWeight* w1, const QuantWeight* w2,
                      const QuantWeight* w3, int n_experts, const float* weights, const int32_t* idx, int topk,
-                     float limit, float* y);
+                     float limit, float* y, bool model_numerics = true);
 
 }  // namespace smelt::kernels

@@ -3,6 +3,9 @@
 // `smelt.passes` record says it has been through.
 #include "compiler/driver.h"
 
+#include "compiler/cuda/kernels.h"
+#include "compiler/cuda/target.h"
+
 #include <filesystem>
 #include <fstream>
 
@@ -94,8 +97,22 @@ void check_same_checkpoint(mlir::ModuleOp m, const ModelDescription& model, cons
 
 }  // namespace
 
+// --tp / --pp: head padding and the partition (docs/partition.md); tp = pp = 1 adds nothing.
+std::string partition_passes(const CompileOptions& o) {
+  std::string p;
+  if (o.tp > 1) p += "smelt-pad-heads{tp=" + std::to_string(o.tp) + "},";
+  if (o.tp > 1 || o.pp > 1) {
+    p += "smelt-partition{tp=" + std::to_string(o.tp) + " pp=" + std::to_string(o.pp);
+    if (!o.shares.empty()) p += " shares=" + o.shares;
+    if (!o.stages.empty()) p += " stages=" + o.stages;
+    p += "},";
+  }
+  return p;
+}
+
 std::string default_pipeline(const CompileOptions& o) {
-  return "smelt-verify,smelt-select-kernels{target=" + o.target + "},smelt-plan-memory{max-rows=" +
+  std::string numerics = o.numerics == "model" ? "" : "smelt-numerics{mode=" + o.numerics + "},";
+  return "smelt-verify," + numerics + partition_passes(o) + "smelt-select-kernels{target=" + cuda_compile::pipeline_spelling(o.target) + "},smelt-plan-memory{max-rows=" +
          std::to_string(o.max_rows) + "}";
 }
 
@@ -119,19 +136,30 @@ std::vector<std::string> split_pipeline(const std::string& pipeline) {
 
 void compile(const CompileOptions& o) {
   auto progress = [&](const std::string& s) { if (o.progress) o.progress(s); };
-  if (o.tp != 1)
-    throw Error("--tp " + std::to_string(o.tp) + ": tensor parallelism is not implemented yet (only --tp 1)");
-  if (o.pp != 1)
-    throw Error("--pp " + std::to_string(o.pp) + ": pipeline parallelism is not implemented yet (only --pp 1)");
-  if (o.target != "cpu") {
-    if (o.target == "h200" || llvm::StringRef(o.target).ends_with(".json"))
-      throw Error("--target " + o.target + ": the cuda backend is not implemented yet (only --target cpu)");
-    throw Error("--target " + o.target + ": unknown target (expected cpu, h200 or a rig FILE.json)");
+  if (o.tp < 1 || o.tp > 64) throw Error("--tp " + std::to_string(o.tp) + ": expected 1 to 64");
+  if (o.pp < 1 || o.pp > 64) throw Error("--pp " + std::to_string(o.pp) + ": expected 1 to 64");
+  for (auto [flag, list, n] : {std::tuple{"--shares", &o.shares, o.tp}, std::tuple{"--stages", &o.stages, o.pp}}) {
+    if (list->empty()) continue;
+    int64_t count = 1;
+    for (char ch : *list) {
+      if (ch == ',') ++count;
+      else if (!std::isdigit(static_cast<unsigned char>(ch)))
+        throw Error(std::string(flag) + " " + *list + ": expected comma-separated positive integers");
+    }
+    if (count != n)
+      throw Error(std::string(flag) + " " + *list + ": lists " + std::to_string(count) + " values, expected " +
+                  std::to_string(n) + (n == o.tp ? " (one per TP rank)" : " (one per pipeline stage)"));
   }
-  static const char* phases[] = {"", "import", "verify", "select-kernels", "plan-memory"};
+  const cuda_compile::Target target = cuda_compile::parse_target(o.target);  // throws on a bad target
+  if (target.cuda && !cuda_compile::available())
+    throw Error("--target " + o.target + ": this smelt-compile was built without NVRTC (no CUDA toolkit), so it "
+                "can only compile for --target cpu");
+  static const char* phases[] = {"", "import", "verify", "select-kernels", "plan-memory", "pad-heads", "partition"};
   if (!llvm::is_contained(phases, o.compile_to))
     throw Error("--compile-to " + o.compile_to + ": unknown phase (expected import, verify, select-kernels or plan-memory)");
   if (o.max_rows <= 0) throw Error("--max-rows must be positive");
+  if (o.numerics != "model" && o.numerics != "fp32")
+    throw Error("--numerics " + o.numerics + ": expected model (the model's own roundings, the default) or fp32");
   if (o.output.empty()) throw Error("no output file: pass -o PLAN.smelt");
   const std::vector<std::string> elements = split_pipeline(o.pipeline.empty() ? default_pipeline(o) : o.pipeline);
 
@@ -213,7 +241,9 @@ void compile(const CompileOptions& o) {
     return;
   }
   EmitOptions eo;
-  eo.target = o.target;
+  eo.target = target.cuda ? target.name : o.target;
+  eo.target_json = target.json();
+  if (target.cuda) eo.kernels = compile_kernels(target, progress);
   eo.tp = o.tp;
   eo.pp = o.pp;
   std::vector<uint8_t> plan = emit_plan(*module, eo);

@@ -12,6 +12,8 @@ struct CompileOptions {
   std::string model_dir;
   std::string target = "cpu";
   int64_t tp = 1, pp = 1;
+  std::string shares;        // --shares a,b,...: relative TP shares (default even)
+  std::string stages;        // --stages l0,l1,...: layers per pipeline stage (default balanced by weight bytes)
   std::string output;        // -o: the plan, or the IR with compile_to
   std::string dump_dir;      // --dump-ir-after-all
   std::string compile_to;    // "" (plan) | import | verify | select-kernels | plan-memory
@@ -19,6 +21,7 @@ struct CompileOptions {
   int64_t max_rows = 64;
   int64_t max_seq_len = 0;   // 0: default_max_seq_len(config)
   std::string pipeline;      // "" = default_pipeline()
+  std::string numerics = "model";  // model | fp32 (smelt-numerics{mode=fp32} after smelt-verify)
   bool capture_intermediates = false;  // V4.1: capture every block's stream / pre (smelt-run logits --captures)
   std::function<void(const std::string&)> progress;  // progress lines (stderr in the tool)
 };

@@ -1,5 +1,6 @@
 #include "runtime/inspect.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 
@@ -33,6 +34,84 @@ const char* const kConfigKeys[] = {
     "moe_intermediate_size", "sliding_window", "compress_ratios", "index_topk", "hc_mult",
     "max_position_embeddings"};
 
+uint64_t weight_bytes(const Plan& plan) {
+  const fb::Plan& p = plan.fb();
+  uint64_t total = 0;
+  for (int i = 0; i < int(p.weights() ? p.weights()->size() : 0); ++i) {
+    uint64_t n = dtype_bytes(p.weights()->Get(i)->dtype());
+    for (int64_t d : plan.weight_shape(i)) n *= uint64_t(d);
+    total += n;
+  }
+  return total;
+}
+
+uint64_t state_bytes(const Plan& plan) {
+  const fb::Plan& p = plan.fb();
+  uint64_t total = 0;
+  for (int i = 0; i < int(p.states() ? p.states()->size() : 0); ++i) {
+    uint64_t n = dtype_bytes(p.states()->Get(i)->dtype());
+    for (int64_t d : plan.state_shape(i)) n *= uint64_t(d);
+    total += n;
+  }
+  return total;
+}
+
+// Sorted layer indices as ranges: "0-3,7".
+std::string layer_ranges(const std::vector<OpRef>& ops) {
+  std::vector<int> layers;
+  for (const OpRef& op : ops)
+    if (op.layer >= 0) layers.push_back(op.layer);
+  std::sort(layers.begin(), layers.end());
+  layers.erase(std::unique(layers.begin(), layers.end()), layers.end());
+  std::string out;
+  for (size_t i = 0; i < layers.size();) {
+    size_t j = i;
+    while (j + 1 < layers.size() && layers[j + 1] == layers[j] + 1) ++j;
+    if (!out.empty()) out += ',';
+    out += std::to_string(layers[i]);
+    if (j > i) out += '-' + std::to_string(layers[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+// One rank of a partitioned plan: where it sits, what it holds, and what it exchanges per decode step (the
+// forward over one row): per collective kind the count and the bytes of its rows (all_reduce and send/recv:
+// the row exchanged; all_gather: the gathered row).
+nlohmann::ordered_json rank_json(const Rank& r) {
+  const Plan& plan = *r.plan;
+  nlohmann::ordered_json j;
+  j["index"] = r.index;
+  j["stage"] = r.stage;
+  j["tp_rank"] = r.tp_rank;
+  j["arch"] = r.arch;
+  j["share"] = r.share;
+  j["layers"] = layer_ranges(plan.ops());
+  bool embedding = false;
+  for (const OpRef& op : plan.ops()) embedding = embedding || op.spec->kind == OpKind::Embedding;
+  j["embedding"] = embedding;
+  j["head"] = plan.logits() >= 0;
+  j["ops"] = plan.ops().size();
+  j["weight_bytes"] = weight_bytes(plan);
+  j["state_bytes"] = state_bytes(plan);
+  j["arena_bytes"] = plan.fb().arena_bytes();
+  nlohmann::ordered_json coll = nlohmann::ordered_json::object();
+  uint64_t total = 0;
+  for (const OpRef& op : plan.ops()) {
+    if (!is_collective(op.spec->kind)) continue;
+    int buffer = op.spec->kind == OpKind::Send ? op.inputs[0] : op.outputs[0];
+    uint64_t bytes = 4 * uint64_t(plan.row_elems(buffer));
+    nlohmann::ordered_json& c = coll[op.name];
+    if (c.is_null()) c = {{"count", 0}, {"bytes", 0}};
+    c["count"] = c["count"].get<uint64_t>() + 1;
+    c["bytes"] = c["bytes"].get<uint64_t>() + bytes;
+    total += bytes;
+  }
+  j["collectives_per_decode_step"] = coll;
+  j["collective_bytes_per_decode_step"] = total;
+  return j;
+}
+
 }  // namespace
 
 nlohmann::ordered_json inspect_json(const Plan& plan) {
@@ -65,17 +144,27 @@ nlohmann::ordered_json inspect_json(const Plan& plan) {
   j["checkpoint_files"] = files;
 
   auto count = [](auto* v) { return v ? v->size() : 0u; };
-  uint64_t weight_bytes = 0, state_bytes = 0;
-  for (int i = 0; i < int(count(p.weights())); ++i) {
-    uint64_t n = dtype_bytes(p.weights()->Get(i)->dtype());
-    for (int64_t d : plan.weight_shape(i)) n *= uint64_t(d);
-    weight_bytes += n;
+  if (plan.partitioned()) {  // the ranks hold the tables; the totals are theirs
+    uint64_t w = 0, s = 0, a = 0;
+    nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+    for (const Rank& r : plan.ranks()) {
+      ranks.push_back(rank_json(r));
+      w += weight_bytes(*r.plan);
+      s += state_bytes(*r.plan);
+      a += r.plan->fb().arena_bytes();
+    }
+    j["tp"] = plan.tp();
+    j["pp"] = plan.pp();
+    j["max_rows"] = plan.max_rows();
+    j["max_seq_len"] = plan.max_seq_len();
+    j["vocab"] = plan.vocab();
+    j["weight_bytes_stored"] = w;
+    j["state_bytes_per_sequence"] = s;
+    j["arena_bytes"] = a;
+    j["ranks"] = ranks;
+    return j;
   }
-  for (int i = 0; i < int(count(p.states())); ++i) {
-    uint64_t n = dtype_bytes(p.states()->Get(i)->dtype());
-    for (int64_t d : plan.state_shape(i)) n *= uint64_t(d);
-    state_bytes += n;
-  }
+  uint64_t weight_bytes = runtime::weight_bytes(plan), state_bytes = runtime::state_bytes(plan);
   j["counts"] = {{"weights", count(p.weights())}, {"buffers", count(p.buffers())}, {"states", count(p.states())},
                  {"ops", count(p.ops())}};
 
@@ -93,9 +182,11 @@ nlohmann::ordered_json inspect_json(const Plan& plan) {
   j["state_bytes_per_sequence"] = state_bytes;
   j["weight_bytes_stored"] = weight_bytes;
 
-  std::map<std::string, std::vector<std::string>> kernels;
+  // Device code per arch (cubins; compute_XX = PTX): family -> bytes.
+  std::map<std::string, std::map<std::string, uint64_t>> kernels;
   if (p.kernels())
-    for (const fb::KernelImage* k : *p.kernels()) kernels[str(k->arch())].push_back(str(k->name()));
+    for (const fb::KernelImage* k : *p.kernels())
+      kernels[str(k->arch())][str(k->name())] = k->image() ? k->image()->size() : 0;
   j["kernels"] = kernels;
   return j;
 }
@@ -111,6 +202,25 @@ std::string inspect_text(const Plan& plan) {
     if (v.is_object() && !v.empty()) {
       out += k + ":\n";
       for (auto& [k2, v2] : v.items()) out += "  " + k2 + ": " + value(v2) + "\n";
+    } else if (k == "ranks") {
+      out += k + ":\n";
+      for (auto& r : v) {
+        out += "  rank " + value(r["index"]) + ": stage " + value(r["stage"]) + ", tp_rank " + value(r["tp_rank"]) +
+               ", arch " + value(r["arch"]) + ", share " + value(r["share"]) + "\n";
+        std::string layers = value(r["layers"]);
+        if (r["embedding"].get<bool>()) layers += " + embedding";
+        if (r["head"].get<bool>()) layers += " + head";
+        out += "    layers: " + layers + "\n";
+        for (const char* key : {"ops", "weight_bytes", "state_bytes", "arena_bytes"}) {
+          out += "    ";
+          out += key;
+          out += ": " + value(r[key]) + "\n";
+        }
+        std::string coll;
+        for (auto& [name, c] : r["collectives_per_decode_step"].items())
+          coll += (coll.empty() ? "" : ", ") + name + " x" + value(c["count"]) + " (" + value(c["bytes"]) + " bytes)";
+        out += "    collectives per decode step: " + (coll.empty() ? std::string("none") : coll) + "\n";
+      }
     } else if (k == "checkpoint_files") {
       out += k + ":\n";
       for (auto& f : v) out += "  " + value(f["path"]) + " (" + value(f["size"]) + " bytes, header " + value(f["header_hash"]) + ")\n";

@@ -145,8 +145,10 @@ struct Checker {
     one_of("act_quant", {"fp8_e4m3_b32"});
     one_of("variant", {"v41"});
     bool v41 = op.s("variant") == "v41", aq = !op.s("act_quant").empty();
-    if (v41 != op.scaled || aq != op.scaled)
-      fail("quantized experts (weights with scales), act_quant and variant v41 go together on the cpu backend");
+    if (v41 != op.scaled || (aq && !op.scaled))
+      fail("quantized experts (weights with scales) and variant v41 go together on the cpu backend; act_quant needs them");
+    if (op.scaled && aq == (op.s("numerics") == "fp32"))
+      fail("quantized experts quantize their activations exactly when the model's numerics are on (act_quant set, numerics not fp32)");
   }
   int64_t hc_dim(size_t k, int64_t n) const {
     if (in(k) % n) fail("input " + std::to_string(k) + " row_elems " + std::to_string(in(k)) +
@@ -154,6 +156,45 @@ struct Checker {
     return in(k) / n;
   }
 };
+
+// Collectives: groups and peers name ranks of this plan; this rank is in its groups and never its own peer.
+void check_collective(const Checker& c) {
+  const OpRef& op = c.op;
+  const int self = c.plan.rank_index(), n = c.plan.n_ranks();
+  if (op.spec->kind == OpKind::Send || op.spec->kind == OpKind::Recv) {
+    int64_t peer = op.i("peer");
+    if (peer < 0 || peer >= n || peer == self)
+      c.fail("attribute peer = " + std::to_string(peer) + " is not another rank of [0, " + std::to_string(n) +
+             ") (this is rank " + std::to_string(self) + ")");
+    c.attr("tag", 0, int64_t(1) << 40);
+    return;
+  }
+  const std::vector<int64_t>& group = op.ints("group");
+  std::vector<bool> seen(size_t(n), false);
+  int64_t pos = -1;
+  for (size_t k = 0; k < group.size(); ++k) {
+    int64_t m = group[k];
+    if (m < 0 || m >= n) c.fail("attribute group holds rank " + std::to_string(m) + ", outside [0, " + std::to_string(n) + ")");
+    if (seen[size_t(m)]) c.fail("attribute group holds rank " + std::to_string(m) + " twice");
+    seen[size_t(m)] = true;
+    if (m == self) pos = int64_t(k);
+  }
+  if (pos < 0) c.fail("attribute group " + shape_str(group) + " does not hold this rank " + std::to_string(self));
+  if (op.spec->kind == OpKind::AllReduce) {
+    if (c.has_input(0)) c.output(0, c.in(0), "same as x");  // without x (an empty shard) the output sets C
+    return;
+  }
+  const std::vector<int64_t>& widths = op.ints("widths");
+  if (widths.size() != group.size())
+    c.fail("attribute widths has " + std::to_string(widths.size()) + " entries, group " + std::to_string(group.size()));
+  int64_t total = 0;
+  for (int64_t w : widths) {
+    if (w < 1 || w > (int64_t(1) << 31)) c.fail("attribute widths holds " + std::to_string(w));
+    total += w;
+  }
+  c.input(0, widths[size_t(pos)], "this rank's entry of widths");
+  c.output(0, total, "the widths summed");
+}
 
 // The DeepSeek-V4.1 ops.
 void check_v41(const Checker& c) {
@@ -436,7 +477,7 @@ void check_op_shapes(const Plan& plan, const OpRef& op) {
       int64_t h = c.attr("heads", 1), d = c.attr("head_dim", 1), w = c.attr("window", 1);
       int64_t r = c.attr("ratio", 0, 1 << 16);
       c.fattr("scale", 0.0);
-      c.one_of("numerics", {"v41"});
+      c.one_of("numerics", {"v41", "fp32"});
       c.input(0, h * d, "heads x head_dim");
       c.input(1, d, "one shared kv head");
       c.output(0, h * d, "heads x head_dim");
@@ -495,11 +536,18 @@ void check_op_shapes(const Plan& plan, const OpRef& op) {
       c.output(0, c.in(0), "same as a");
       break;
     }
+    case OpKind::AllReduce:
+    case OpKind::AllGather:
+    case OpKind::Send:
+    case OpKind::Recv:
+      check_collective(c);
+      break;
     default:
       check_v41(c);
       break;
   }
   c.one_of("round", {"bf16"});
+  if (op.spec->kind != OpKind::SparseAttention) c.one_of("numerics", {"fp32"});
 }
 
 }  // namespace smelt::runtime

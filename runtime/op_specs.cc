@@ -100,8 +100,20 @@ std::vector<OpSpec> build() {
                {{"biased_logits"}, {"draft_ids", 'i'}, {"confidence"}}, {{"markov_embed"}, {"markov_head"}, {"proj"}},
                {}, {}});
 
+  // Collectives (docs/ops.md "Collectives"): group = global rank indices in summation / concatenation order.
+  // all_reduce's x may be -1: a rank whose shard of the partial is empty contributes zeros.
+  s.push_back({OpKind::AllReduce, "smelt.all_reduce", {{"x", 'f', true}}, {{"y"}}, {}, {}, {{"group", N, true}}});
+  s.push_back({OpKind::AllGather, "smelt.all_gather", {{"x"}}, {{"y"}}, {}, {},
+               {{"group", N, true}, {"widths", N, true}}});
+  s.push_back({OpKind::Send, "smelt.send", {{"x"}}, {}, {}, {}, {{"peer", I, true}, {"tag", I, true}}});
+  s.push_back({OpKind::Recv, "smelt.recv", {}, {{"y"}}, {}, {}, {{"peer", I, true}, {"tag", I, true}}});
+
   // Every op may round its float outputs to bf16 (V4.1: where the reference holds bf16).
   for (OpSpec& spec : s) spec.attrs.push_back({"round", S, false});
+  // ... and every op may turn the model's numerics off (`numerics = "fp32"`, smelt-numerics{mode=fp32});
+  // sparse_attention names its V4.1 numerics "v41" in the same attribute.
+  for (OpSpec& spec : s)
+    if (spec.kind != OpKind::SparseAttention) spec.attrs.push_back({"numerics", S, false});
   return s;
 }
 
@@ -120,6 +132,10 @@ std::vector<OperandSpec> weight_specs(const OpSpec& spec, bool scaled) {
     out.push_back({w.name + ".scale", 's', true});
   }
   return out;
+}
+
+bool is_collective(OpKind k) {
+  return k == OpKind::AllReduce || k == OpKind::AllGather || k == OpKind::Send || k == OpKind::Recv;
 }
 
 const OpSpec* find_op_spec(std::string_view name) {

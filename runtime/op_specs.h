@@ -15,6 +15,8 @@ enum class OpKind {
   FakeQuant, KvCompressor, IndexerV41, EngramHash, Engram, HcMean, Capture, Concat,
   // DeepSeek-V4.1 DSpark drafter (the dspark_draft program)
   DsparkAttention, DsparkHead,
+  // Collectives of partitioned plans (format 1.2)
+  AllReduce, AllGather, Send, Recv,
 };
 
 // Attribute encoding in plan.Attr: integers and flags in `i`, real numbers in `f`, names in `s`, integer
@@ -55,5 +57,6 @@ std::vector<OperandSpec> weight_specs(const OpSpec& spec, bool scaled);
 
 const std::vector<OpSpec>& op_specs();
 const OpSpec* find_op_spec(std::string_view name);  // nullptr if unknown
+bool is_collective(OpKind kind);  // all_reduce, all_gather, send, recv
 
 }  // namespace smelt::runtime

@@ -145,10 +145,26 @@ std::string Plan::option(std::string_view key) const {
   if (fb_->options())
     for (const fb::KeyValue* kv : *fb_->options())
       if (kv->key() && kv->key()->string_view() == key) return str(kv->value());
-  return {};
+  auto it = inherited_options_.find(key);
+  return it == inherited_options_.end() ? std::string() : it->second;
 }
 
-int64_t Plan::vocab() const { return row_elems(logits()); }
+static const Plan& output_plan(const Plan& p) { return p.partitioned() ? *p.ranks()[size_t(p.output_rank())].plan : p; }
+int64_t Plan::max_rows() const { return partitioned() ? output_plan(*this).max_rows() : fb_->max_rows(); }
+int64_t Plan::max_seq_len() const { return partitioned() ? output_plan(*this).max_seq_len() : fb_->max_seq_len(); }
+int64_t Plan::vocab() const { return partitioned() ? output_plan(*this).vocab() : row_elems(logits()); }
+
+std::vector<const Plan*> Plan::rank_plans() const {
+  if (!partitioned()) return {this};
+  std::vector<const Plan*> out;
+  for (const Rank& r : ranks_) out.push_back(r.plan.get());
+  return out;
+}
+
+std::vector<int64_t> Plan::weight_source_shape(int id) const {
+  const fb::Weight& w = *fb_->weights()->Get(id);
+  return w.source_shape() ? vec(w.source_shape()) : vec(w.shape());
+}
 std::string Plan::weight_name(int id) const { return str(fb_->weights()->Get(id)->name()); }
 int64_t Plan::row_elems(int b) const { return fb_->buffers()->Get(b)->row_elems(); }
 std::vector<int64_t> Plan::weight_shape(int id) const { return vec(fb_->weights()->Get(id)->shape()); }
@@ -163,6 +179,11 @@ std::string_view plan_dtype_name(fb::DType d) {
 // ---- validation ---------------------------------------------------------------------------------------
 
 void Plan::validate() {
+  if (fb_->ranks() && fb_->ranks()->size() > 0) validate_partitioned();
+  else validate_single();
+}
+
+void Plan::validate_single() {
   validate_tables();
   int n_ops = fb_->ops() ? int(fb_->ops()->size()) : 0;
   if (n_ops == 0) fail("has no ops");
@@ -170,7 +191,9 @@ void Plan::validate() {
   for (const OpRef& op : ops_) check_op_shapes(*this, op);
   std::vector<bool> written(fb_->buffers()->size(), false);
   written[fb_->token_ids()] = true;
-  validate_dataflow(ops_, written, {fb_->logits()}, "the logits buffer");
+  std::vector<int> results;
+  if (expect_logits_) results.push_back(fb_->logits());
+  validate_dataflow(ops_, written, results, "the logits buffer");
   validate_programs();
 }
 
@@ -268,8 +291,19 @@ void Plan::validate_tables() {
       fail(name + " has unknown dtype " + std::to_string(int(w.dtype())));
     std::string bad = check_shape(vec(w.shape()));
     if (!bad.empty()) fail(name + " " + bad);
-    if (!str(w.transform()).empty())
-      fail(name + " has load transform '" + str(w.transform()) + "', which this runtime does not know");
+    // The load transform must turn the stored shape into `shape` (docs/plan.md "Weight transforms").
+    std::string transform = str(w.transform()), problem;
+    std::vector<TransformStep> steps = parse_transform(transform, &problem);
+    std::vector<int64_t> source = weight_source_shape(i), result;
+    if (problem.empty()) problem = check_shape(source);
+    if (problem.empty() && w.source_shape() && steps.empty() && source != vec(w.shape()))
+      problem = "has source_shape " + shape_str(source) + " but no transform to make it " + shape_str(vec(w.shape()));
+    if (problem.empty()) problem = transform_shape(steps, source, &result);
+    if (problem.empty() && result != vec(w.shape()))
+      problem = "makes shape " + shape_str(result) + " from source_shape " + shape_str(source) + ", but the weight's shape is " +
+                shape_str(vec(w.shape()));
+    if (!problem.empty()) fail(name + " transform '" + transform + "': " + problem);
+    transforms_.push_back(std::move(steps));
   }
 
   int n_buffers = p.buffers() ? int(p.buffers()->size()) : 0;
@@ -298,7 +332,10 @@ void Plan::validate_tables() {
            ", expected " + std::to_string(row_elems));
   };
   check_buffer_id(p.token_ids(), "token_ids", fb::DType::I32, 1);
-  check_buffer_id(p.logits(), "logits", fb::DType::F32, 0);
+  if (expect_logits_) check_buffer_id(p.logits(), "logits", fb::DType::F32, 0);
+  else if (p.logits() != -1)
+    fail("is a rank before the last pipeline stage but has logits buffer " + std::to_string(p.logits()) +
+         " (expected -1: the head lives on the last stage)");
 
   int n_states = p.states() ? int(p.states()->size()) : 0;
   static const std::set<std::string> kinds = {"window_ring", "compressor_ring", "compressed_pool", "index_pool",

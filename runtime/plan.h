@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -12,6 +13,7 @@
 
 #include "frontends/error.h"
 #include "runtime/op_specs.h"
+#include "runtime/transform.h"
 #include "schemas/plan_generated.h"
 
 namespace smelt::runtime {
@@ -50,6 +52,16 @@ struct Program {
   std::vector<int> inputs, outputs;  // buffer ids
 };
 
+class Plan;
+
+// Format 1.2: one rank of a partitioned plan with its own complete, validated plan.
+struct Rank {
+  int index = 0, stage = 0, tp_rank = 0;  // index = stage * tp + tp_rank
+  std::string arch;
+  double share = 1.0;
+  std::unique_ptr<Plan> plan;
+};
+
 class Plan {
  public:
   static Plan load(const std::string& path);
@@ -64,15 +76,34 @@ class Plan {
   uint32_t version_major() const { return major_; }
   uint32_t version_minor() const { return minor_; }
 
-  std::string option(std::string_view key) const;  // "" when the plan has no such option
-  int64_t max_rows() const { return fb_->max_rows(); }
-  int64_t max_seq_len() const { return fb_->max_seq_len(); }
+  // Options of this plan; a rank's plan falls back to the partitioned plan's. "" when absent.
+  std::string option(std::string_view key) const;
+  // A partitioned plan answers these for the rank whose logits it returns (last stage, TP rank 0).
+  int64_t max_rows() const;
+  int64_t max_seq_len() const;
   int token_ids() const { return fb_->token_ids(); }
-  int logits() const { return fb_->logits(); }
+  int logits() const { return fb_->logits(); }  // -1: a rank plan without the head (not the last stage)
   int64_t vocab() const;  // row_elems of the logits buffer
+
+  // Format 1.2 partitioned plans (docs/plan.md "Partitioned plans"). A plan without ranks runs as the one
+  // rank 0 of tp = pp = 1; a partitioned plan has no ops of its own and each Rank runs its nested plan.
+  bool partitioned() const { return !ranks_.empty(); }
+  const std::vector<Rank>& ranks() const { return ranks_; }  // sorted by index
+  int tp() const { return tp_; }
+  int pp() const { return pp_; }
+  // The plans that run: the ranks' plans in index order, or this plan alone.
+  std::vector<const Plan*> rank_plans() const;
+  int output_rank() const { return partitioned() ? (pp_ - 1) * tp_ : 0; }  // whose logits are the plan's
+  // Within a rank's plan: its global rank index and the number of ranks (0 and 1 for a plain plan).
+  int rank_index() const { return rank_index_; }
+  int n_ranks() const { return n_ranks_; }
 
   // Shape of weight / state `id` (validated: every dim >= 0, product fits in int64).
   std::vector<int64_t> weight_shape(int id) const;
+  // The stored tensor's shape (Weight.source_shape, else shape) and the parsed load transform (validated:
+  // it turns the one into the other).
+  std::vector<int64_t> weight_source_shape(int id) const;
+  const std::vector<TransformStep>& weight_transform(int id) const { return transforms_[size_t(id)]; }
   std::vector<int64_t> state_shape(int id) const;
   int64_t row_elems(int buffer) const;
   std::string weight_name(int id) const;
@@ -84,6 +115,10 @@ class Plan {
  private:
   Plan() = default;
   void validate();
+  void validate_single();
+  void validate_partitioned();
+  // Cross-rank checks of one entry point ("" = the forward): every collective and send/recv can complete.
+  void validate_exchange(const std::string& program);
   void validate_tables();
   OpRef validate_op(const smelt::plan::Op& op, int index, const std::string& program);
   void validate_programs();
@@ -97,6 +132,11 @@ class Plan {
   uint32_t major_ = 0, minor_ = 0;
   std::vector<OpRef> ops_;
   std::vector<Program> programs_;
+  std::vector<std::vector<TransformStep>> transforms_;  // per weight
+  std::vector<Rank> ranks_;
+  int tp_ = 1, pp_ = 1, rank_index_ = 0, n_ranks_ = 1;
+  bool expect_logits_ = true;                          // false: a rank plan before the last stage
+  std::map<std::string, std::string, std::less<>> inherited_options_;  // a rank's: the partitioned plan's
 
  public:
   Plan(Plan&& o) noexcept = default;

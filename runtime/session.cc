@@ -4,19 +4,31 @@
 #include <cmath>
 #include <climits>
 #include <numeric>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
 namespace smelt::runtime {
 
-Session::Session(Plan plan, const std::string& model_dir)
-    : plan_(std::move(plan)), weights_(Weights::load(plan_, model_dir)) {
-  backend_ = std::make_unique<cpu::CpuBackend>(plan_, weights_);
-  for (size_t k = 0; k < plan_.programs().size(); ++k)
-    if (plan_.programs()[k].name == "dspark_draft") draft_program_ = int(k);
+Session::Session(Plan plan, const std::string& model_dir) : plan_(std::move(plan)) {
+  std::vector<const Plan*> plans = plan_.rank_plans();
+  comm_ = std::make_unique<cpu::Communicator>(int(plans.size()));
+  out_ = plan_.output_rank();
+  ranks_.reserve(plans.size());  // no reallocation: the backends point into their rank's weights
+  for (const Plan* rp : plans) {
+    RankRun& r = ranks_.emplace_back();
+    r.plan = rp;
+    r.weights = Weights::load(*rp, model_dir);  // a rank's plan inherits the partitioned plan's model_dir
+    r.backend = std::make_unique<cpu::CpuBackend>(*rp, r.weights);
+    r.backend->attach(comm_.get(), rp->rank_index());
+  }
+  const Plan& head = *ranks_[size_t(out_)].plan;
+  for (size_t k = 0; k < head.programs().size(); ++k)
+    if (head.programs()[k].name == "dspark_draft") draft_program_ = int(k);
   if (draft_program_ >= 0) {
     // The block's shape comes from the model config the plan was compiled from.
-    const auto* config = plan_.fb().model_config_json();
+    const auto* config = head.fb().model_config_json();
+    if (!config || config->size() == 0) config = plan_.fb().model_config_json();
     nlohmann::json cfg = nlohmann::json::parse(config ? config->str() : "", nullptr, /*allow_exceptions=*/false);
     auto get = [&](const char* key) -> int64_t {
       if (!cfg.is_object() || !cfg.contains(key) || !cfg[key].is_number_integer())
@@ -37,6 +49,36 @@ std::unique_ptr<Session> Session::open(const std::string& plan_path, const std::
   return std::make_unique<Session>(Plan::load(plan_path), model_dir);
 }
 
+void Session::run_ranks(const std::function<void(RankRun&)>& work, const std::vector<int>& which) {
+  std::vector<int> ids = which;
+  if (ids.empty())
+    for (int r = 0; r < int(ranks_.size()); ++r) ids.push_back(r);
+  if (ids.size() == 1) {
+    work(ranks_[size_t(ids[0])]);
+    return;
+  }
+  comm_->reset();
+  std::vector<std::thread> threads;
+  auto body = [&](int r) {
+    try {
+      work(ranks_[size_t(r)]);
+    } catch (const cpu::Aborted&) {
+      // Another rank failed first; its message is the error.
+    } catch (const std::exception& e) {
+      comm_->abort(e.what());
+    } catch (...) {
+      comm_->abort(plan_.path() + " rank " + std::to_string(r) + ": unknown error");
+    }
+  };
+  try {
+    for (int r : ids) threads.emplace_back(body, r);
+  } catch (const std::exception& e) {  // no thread for a rank: stop the ones started
+    comm_->abort(plan_.path() + ": cannot start a thread per rank (" + e.what() + ")");
+  }
+  for (std::thread& t : threads) t.join();
+  if (comm_->aborted()) throw Error(comm_->abort_message());
+}
+
 std::vector<float> Session::prefill(std::span<const int32_t> ids, int chunk) {
   int64_t max_rows = plan_.max_rows();
   if (chunk < 0) plan_.fail("chunk size " + std::to_string(chunk) + " is negative");
@@ -48,9 +90,12 @@ std::vector<float> Session::prefill(std::span<const int32_t> ids, int chunk) {
   std::vector<float> logits(size_t(n * v));
   for (int64_t start = 0; start < n; start += step) {
     int rows = int(std::min(step, n - start));
-    std::copy(ids.begin() + start, ids.begin() + start + rows, backend_->token_ids());
-    backend_->run(position_, rows);
-    std::copy(backend_->logits(), backend_->logits() + rows * v, logits.begin() + start * v);
+    run_ranks([&](RankRun& r) {  // every rank gets the chunk's ids (docs/ops.md "Collectives")
+      std::copy(ids.begin() + start, ids.begin() + start + rows, r.backend->token_ids());
+      r.backend->run(position_, rows);
+    });
+    const float* out = ranks_[size_t(out_)].backend->logits();
+    std::copy(out, out + rows * v, logits.begin() + start * v);
     position_ += rows;
   }
   return logits;
@@ -61,36 +106,65 @@ std::vector<float> Session::decode(int32_t id) { return prefill(std::span<const 
 Draft Session::draft(int32_t last_token) {
   if (draft_program_ < 0) plan_.fail("has no dspark_draft program (a DeepSeek-V4.1 plan with DSpark stages)");
   if (position_ < 1) plan_.fail("drafting needs the forward to have run at least one position");
-  const Program& prog = plan_.programs()[size_t(draft_program_)];
   const int rows = int(draft_block_);
-  int32_t* ids = backend_->buffer_i32(prog.inputs[0]);
-  ids[0] = last_token;
-  for (int r = 1; r < rows; ++r) ids[r] = int32_t(draft_noise_);
-  backend_->run_program(size_t(draft_program_), position_, rows);
+  // The drafter runs on the ranks that hold it: the last stage (validated: all of them, nobody else).
+  std::vector<int> which;
+  for (int r = 0; r < int(ranks_.size()); ++r)
+    if (ranks_[size_t(r)].plan->program("dspark_draft")) which.push_back(r);
+  auto program_index = [](const Plan& p) {
+    for (size_t k = 0; k < p.programs().size(); ++k)
+      if (p.programs()[k].name == "dspark_draft") return k;
+    return size_t(0);
+  };
+  run_ranks(
+      [&](RankRun& r) {
+        size_t k = program_index(*r.plan);
+        int32_t* ids = r.backend->buffer_i32(r.plan->programs()[k].inputs[0]);
+        ids[0] = last_token;
+        for (int i = 1; i < rows; ++i) ids[i] = int32_t(draft_noise_);
+        r.backend->run_program(k, position_, rows);
+      },
+      which);
+  const RankRun& head = ranks_[size_t(out_)];
+  const Program& prog = head.plan->programs()[size_t(draft_program_)];
   Draft d;
-  const int32_t* out_ids = reinterpret_cast<const int32_t*>(backend_->buffer_bytes(prog.outputs[0]));
-  const float* conf = backend_->buffer_f32(prog.outputs[1]);
-  const float* logits = backend_->buffer_f32(prog.outputs[2]);
+  const int32_t* out_ids = reinterpret_cast<const int32_t*>(head.backend->buffer_bytes(prog.outputs[0]));
+  const float* conf = head.backend->buffer_f32(prog.outputs[1]);
+  const float* logits = head.backend->buffer_f32(prog.outputs[2]);
   d.ids.assign(out_ids, out_ids + rows);
   d.confidence.assign(conf, conf + rows);
-  d.logits.assign(logits, logits + int64_t(rows) * plan_.row_elems(prog.outputs[2]));
+  d.logits.assign(logits, logits + int64_t(rows) * head.plan->row_elems(prog.outputs[2]));
   return d;
 }
 
+void Session::set_capturing(bool on) {
+  for (RankRun& r : ranks_) r.backend->set_capturing(on);
+}
+
+// Every rank's captures, in rank order; a name captured by several ranks (TP replicas) is taken from the
+// lowest rank that has it.
 cpu::CaptureTable Session::take_captures() {
-  cpu::CaptureTable t = std::move(backend_->captures());
-  backend_->captures() = {};
+  cpu::CaptureTable t;
+  for (RankRun& r : ranks_) {
+    for (cpu::CaptureTable::Entry& e : r.backend->captures().entries) {
+      bool have = false;
+      for (const auto& x : t.entries) have = have || x.name == e.name;
+      if (!have) t.entries.push_back(std::move(e));
+    }
+    r.backend->captures() = {};
+  }
   return t;
 }
 
 bool Session::has_capture_ops() const {
-  for (const OpRef& op : plan_.ops())
-    if (op.spec->kind == OpKind::Capture) return true;
+  for (const RankRun& r : ranks_)
+    for (const OpRef& op : r.plan->ops())
+      if (op.spec->kind == OpKind::Capture) return true;
   return false;
 }
 
 void Session::reset() {
-  backend_->reset_state();
+  for (RankRun& r : ranks_) r.backend->reset_state();
   position_ = 0;
 }
 

@@ -1,7 +1,12 @@
 // One sequence running a plan on the cpu backend: prefill a prompt (in chunks of at most max_rows rows),
 // then decode one token at a time. Plus the samplers smelt-run uses.
+// A partitioned plan (format 1.2) runs all its ranks in this process: one CpuBackend per rank on its own
+// plan, one thread per rank for every chunk, an in-process communicator for the collectives. Every rank gets
+// the chunk's ids; the logits are those of the last stage's TP rank 0; a failing rank aborts the others and
+// its message is the error.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <random>
 #include <span>
@@ -44,19 +49,32 @@ class Session {
   int64_t position() const { return position_; }
   // smelt.capture: while on, every chunk's captured rows are collected; take_captures() hands them over
   // (and clears them). A plan without capture ops collects nothing.
-  void set_capturing(bool on) { backend_->set_capturing(on); }
+  void set_capturing(bool on);
   cpu::CaptureTable take_captures();
   bool has_capture_ops() const;
   void reset();  // a new, empty sequence
   int64_t vocab() const { return plan_.vocab(); }
   const Plan& plan() const { return plan_; }
-  const Weights& weights() const { return weights_; }
-  const cpu::CpuBackend& backend() const { return *backend_; }
+  // The output rank's (the only rank's for a plain plan).
+  const Weights& weights() const { return ranks_[size_t(out_)].weights; }
+  const cpu::CpuBackend& backend() const { return *ranks_[size_t(out_)].backend; }
+  size_t n_ranks() const { return ranks_.size(); }
+  const cpu::CpuBackend& rank_backend(size_t rank) const { return *ranks_[rank].backend; }
 
  private:
+  struct RankRun {
+    const Plan* plan = nullptr;
+    Weights weights;
+    std::unique_ptr<cpu::CpuBackend> backend;
+  };
+  // Runs `work(rank)` for every rank in `which` (all when empty), one thread each when there are several;
+  // the first failure aborts the others and is rethrown here.
+  void run_ranks(const std::function<void(RankRun&)>& work, const std::vector<int>& which = {});
+
   Plan plan_;
-  Weights weights_;
-  std::unique_ptr<cpu::CpuBackend> backend_;
+  std::vector<RankRun> ranks_;
+  std::unique_ptr<cpu::Communicator> comm_;
+  int out_ = 0;  // index into ranks_ of the rank whose logits and drafts are returned
   int64_t position_ = 0;
   int draft_program_ = -1;  // index of dspark_draft in plan.programs(), -1 = none
   int64_t draft_block_ = 0, draft_noise_ = 0;

@@ -6,6 +6,8 @@
 #include <limits>
 #include <unordered_map>
 
+#include "runtime/transform.h"
+
 namespace smelt::runtime {
 
 namespace fb = smelt::plan;
@@ -48,7 +50,7 @@ T load_as(const uint8_t* p) {
 
 }  // namespace
 
-Weights Weights::load(const Plan& plan, const std::string& model_dir) {
+Weights Weights::load(const Plan& plan, const std::string& model_dir, bool host_copies) {
   namespace fs = std::filesystem;
   Weights w;
   w.dir_ = resolve_dir(plan, model_dir);
@@ -90,9 +92,12 @@ Weights Weights::load(const Plan& plan, const std::string& model_dir) {
     auto found = by_name[pw.file()].find(source);
     const TensorInfo* t = found == by_name[pw.file()].end() ? nullptr : found->second;
     if (!t) bad("tensor '" + source + "' is not in " + file.path());
-    int64_t n = 1;
+    // The source tensor the transform reads (plan-validated: the transform turns source_shape into shape).
+    std::vector<int64_t> source_shape = plan.weight_source_shape(id);
+    int64_t n = 1, n_src = 1;
     for (int64_t d : plan.weight_shape(id)) n *= d;
-    uint64_t nbytes = uint64_t(n) * dtype_size(t->dtype);
+    for (int64_t d : source_shape) n_src *= d;
+    uint64_t nbytes = uint64_t(n_src) * dtype_size(t->dtype);
     if (int(t->dtype) != int(pw.dtype()))
       bad("the plan says dtype " + std::string(plan_dtype_name(pw.dtype())) + " but tensor '" + source + "' in " +
           file.path() + " is " + std::string(dtype_name(t->dtype)));
@@ -102,6 +107,22 @@ Weights Weights::load(const Plan& plan, const std::string& model_dir) {
 
     Entry& e = w.entries_[id];
     const uint8_t* src = file.mapping()->data() + pw.offset();
+    const std::vector<TransformStep>& steps = plan.weight_transform(id);
+    int64_t first_row = 0;
+    if (contiguous_rows(steps, &first_row)) {  // a plain slice: read it in place
+      uint64_t row_bytes = dtype_size(t->dtype);
+      for (size_t d = 1; d < source_shape.size(); ++d) row_bytes *= uint64_t(source_shape[d]);
+      src += uint64_t(first_row) * row_bytes;
+    } else if (!steps.empty()) {
+      // E8M0 scales pad with 127 (2^0 = 1.0) so that a zero block stays finite; every other dtype with 0.
+      uint8_t fill = pw.dtype() == fb::DType::F8_E8M0 ? 127 : 0;
+      e.raw_owned = apply_transform(steps, src, source_shape, dtype_size(t->dtype), fill);
+      src = e.raw_owned.data();
+      w.copied_bytes_ += e.raw_owned.size();
+    }
+    e.stored = src;
+    e.stored_bytes = uint64_t(n) * dtype_size(t->dtype);
+    if (!host_copies) continue;  // the cuda backend uploads the stored bytes itself
     switch (pw.dtype()) {
       case fb::DType::F32:
         if (reinterpret_cast<uintptr_t>(src) % alignof(float) == 0) {

@@ -13,8 +13,10 @@ namespace {
 
 const char* kUsage =
     "usage: smelt-compile MODEL_DIR --target cpu|h200|FILE.json [--tp N] [--pp M] -o PLAN.smelt\n"
+    "                     [--shares a,b,...] [--stages l0,l1,...]   (uneven TP shares; layers per PP stage)\n"
     "                     [--dump-ir-after-all DIR] [--compile-to import|verify|select-kernels|plan-memory]\n"
     "                     [--compile-from FILE.mlir] [--max-rows N] [--max-seq-len N] [--pipeline STR]\n"
+    "                     [--numerics model|fp32]   (fp32: the V4.1 model's bf16/FP8/FP4 rounding steps off)\n"
     "       smelt-compile MODEL_DIR --dry-run [--json]   (headers only: tensor count, bytes, memory by component)\n";
 
 int64_t parse_int(const std::string& flag, const std::string& v) {
@@ -67,6 +69,9 @@ int main(int argc, char** argv) {
       else if (a == "--max-rows") o.max_rows = parse_int(a, value);
       else if (a == "--max-seq-len") o.max_seq_len = parse_int(a, value);
       else if (a == "--pipeline") o.pipeline = value;
+      else if (a == "--shares") o.shares = value;
+      else if (a == "--stages") o.stages = value;
+      else if (a == "--numerics") o.numerics = value;
       else if (a[0] == '-') throw smelt::Error("unknown option " + a + "\n" + kUsage);
       else if (o.model_dir.empty()) o.model_dir = a;
       else throw smelt::Error("unexpected argument " + a + " (MODEL_DIR is " + o.model_dir + ")");

@@ -1,10 +1,13 @@
-// smelt-run: runs a compiled plan on the cpu backend.
+// smelt-run: runs a compiled plan on the cpu backend (a partitioned plan: all its ranks, one thread each).
 //   generate PLAN --prompt-ids 1,2,3 --max-new-tokens N [--greedy | --temperature T --top-p P --seed S]
 //            [--format text|json] [--chunk N] [--model DIR] [--show-drafts]
 //   logits   PLAN --prompt-ids ... [--decode-ids ...] --out FILE.safetensors [--chunk N] [--model DIR]
 //            [--captures FILE.safetensors]   (plans compiled with --capture-intermediates)
-//   inspect  PLAN [--format text|json]
+//   inspect  PLAN [--format text|json]   (partitioned plans: per rank stage, TP rank, layers, bytes, collectives)
 //   bench    PLAN [--prompt-len N] [--decode-tokens N] [--repeat R] [--format text|json] [--model DIR]
+//            cuda: [--steps N] (decode steps timed; see docs/performance.md)
+// generate, logits and bench take [--backend cpu|cuda] (default: cuda when the plan has GPU kernels) and, on
+// cuda, [--device N] [--synthetic-weights SEED] (random weights generated on the GPU; no checkpoint read).
 // Errors: one line "error: ..." on stderr; exit 1 for bad input, 2 for bad usage.
 #include <CLI/CLI.hpp>
 
@@ -16,12 +19,40 @@
 #include <nlohmann/json.hpp>
 
 #include "frontends/safetensors_writer.h"
+#include "runtime/cuda/bench.h"
+#include "runtime/cuda/session_cuda.h"
 #include "runtime/inspect.h"
 #include "runtime/session.h"
 
 namespace {
 
 using smelt::runtime::Session;
+using smelt::runtime::cuda::CudaSession;
+
+// Which backend runs a plan (--backend, default cuda when the plan holds GPU kernels).
+struct BackendArgs {
+  std::string backend = "auto";
+  int device = 0;
+  int64_t synthetic_seed = -1;  // >= 0: --synthetic-weights
+};
+
+bool use_cuda(const std::string& plan_path, const BackendArgs& b) {
+  if (b.backend == "cpu") {
+    if (b.synthetic_seed >= 0) throw smelt::Error("--synthetic-weights needs --backend cuda");
+    return false;
+  }
+  if (b.backend == "cuda") return true;
+  return smelt::runtime::cuda::plan_has_kernels(smelt::runtime::Plan::load(plan_path));
+}
+
+smelt::runtime::cuda::BackendOptions cuda_options(const BackendArgs& b, const std::string& model) {
+  smelt::runtime::cuda::BackendOptions o;
+  o.device = b.device;
+  o.model_dir = model;
+  o.synthetic = b.synthetic_seed >= 0;
+  o.seed = uint64_t(std::max<int64_t>(b.synthetic_seed, 0));
+  return o;
+}
 
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -64,7 +95,7 @@ std::span<const float> row(const std::vector<float>& logits, int64_t r, int64_t 
 
 // ---- generate --------------------------------------------------------------------------------------------
 
-struct GenerateArgs {
+struct GenerateArgs : BackendArgs {
   std::string plan, prompt_ids, prompt, format = "text", model;
   int max_new_tokens = 0, chunk = 0, spec_k = 0;
   bool greedy = false, has_temperature = false, show_drafts = false;
@@ -73,14 +104,23 @@ struct GenerateArgs {
   uint64_t seed = 0;
 };
 
+template <typename S>
+int generate_on(const GenerateArgs& a, std::unique_ptr<S> session);
+
 int generate(const GenerateArgs& a) {
+  if (use_cuda(a.plan, a)) return generate_on(a, CudaSession::open(a.plan, cuda_options(a, a.model)));
+  if (a.synthetic_seed >= 0) throw smelt::Error("--synthetic-weights needs --backend cuda");
+  return generate_on(a, Session::open(a.plan, a.model));
+}
+
+template <typename S>
+int generate_on(const GenerateArgs& a, std::unique_ptr<S> session) {
   if (!a.prompt.empty())
     throw smelt::Error("--prompt needs a tokenizer, which smelt-run does not have yet; pass token ids with --prompt-ids");
   if (a.prompt_ids.empty()) throw UsageError("generate needs --prompt-ids");
   if (a.greedy && a.has_temperature) throw UsageError("--greedy and --temperature exclude each other");
   if (a.spec_k > 0) throw smelt::Error("--spec-k: speculative decoding is not implemented yet");
   std::vector<int32_t> prompt = parse_ids(a.prompt_ids, "--prompt-ids");
-  auto session = Session::open(a.plan, a.model);
   if (a.show_drafts && !session->can_draft())
     throw smelt::Error(a.plan + ": --show-drafts needs a plan with the dspark_draft program (DeepSeek-V4.1 with "
                        "DSpark stages)");
@@ -161,7 +201,7 @@ int generate(const GenerateArgs& a) {
 
 // ---- logits ----------------------------------------------------------------------------------------------
 
-struct LogitsArgs {
+struct LogitsArgs : BackendArgs {
   std::string plan, prompt_ids, decode_ids, out, model, captures;
   int chunk = 0;
 };
@@ -177,10 +217,19 @@ void add_captures(smelt::runtime::cpu::CaptureTable table, const std::string& ph
   }
 }
 
+template <typename S>
+int logits_on(const LogitsArgs& a, std::unique_ptr<S> session);
+
 int logits(const LogitsArgs& a) {
+  if (use_cuda(a.plan, a)) return logits_on(a, CudaSession::open(a.plan, cuda_options(a, a.model)));
+  if (a.synthetic_seed >= 0) throw smelt::Error("--synthetic-weights needs --backend cuda");
+  return logits_on(a, Session::open(a.plan, a.model));
+}
+
+template <typename S>
+int logits_on(const LogitsArgs& a, std::unique_ptr<S> session) {
   std::vector<int32_t> prompt = parse_ids(a.prompt_ids, "--prompt-ids");
   std::vector<int32_t> decode = a.decode_ids.empty() ? std::vector<int32_t>() : parse_ids(a.decode_ids, "--decode-ids");
-  auto session = Session::open(a.plan, a.model);
   if (!a.captures.empty() && !session->has_capture_ops())
     throw smelt::Error(a.plan + ": the plan has no smelt.capture ops; compile it with --capture-intermediates");
   session->set_capturing(!a.captures.empty());
@@ -212,9 +261,9 @@ int logits(const LogitsArgs& a) {
 
 // ---- bench -----------------------------------------------------------------------------------------------
 
-struct BenchArgs {
+struct BenchArgs : BackendArgs {
   std::string plan, format = "text", model;
-  int prompt_len = 0, decode_tokens = 32, repeat = 3, chunk = 0;
+  int prompt_len = 0, decode_tokens = 32, repeat = 3, chunk = 0, steps = 32;
 };
 
 double median(std::vector<double> v) {
@@ -224,11 +273,25 @@ double median(std::vector<double> v) {
 
 // Prefill a synthetic prompt, then decode greedily; `repeat` runs after one warm-up, medians reported.
 int bench(const BenchArgs& a) {
+  if (use_cuda(a.plan, a)) {
+    smelt::runtime::cuda::BenchOptions o;
+    o.plan = a.plan;
+    o.backend = cuda_options(a, a.model);
+    o.prompt_len = a.prompt_len;
+    o.steps = a.steps;
+    o.chunk = a.chunk;
+    nlohmann::ordered_json j = smelt::runtime::cuda::bench(o);
+    if (a.format == "json") std::cout << j.dump(-1, ' ', false, kReplace) << "\n";
+    else std::cout << smelt::runtime::cuda::bench_text(j);
+    return 0;
+  }
+  if (a.synthetic_seed >= 0) throw smelt::Error("--synthetic-weights needs --backend cuda");
   auto session = Session::open(a.plan, a.model);
   const smelt::runtime::Plan& plan = session->plan();
   int64_t vocab = session->vocab();
-  for (const smelt::runtime::OpRef& op : plan.ops())  // ids must fit the embedding table
-    if (op.name == "smelt.embedding") vocab = std::min(vocab, plan.weight_shape(op.weights[0])[0]);
+  for (const smelt::runtime::Plan* rp : plan.rank_plans())  // ids must fit the embedding table (every rank's)
+    for (const smelt::runtime::OpRef& op : rp->ops())
+      if (op.name == "smelt.embedding") vocab = std::min(vocab, rp->weight_shape(op.weights[0])[0]);
   int64_t max_seq = plan.max_seq_len();
   int64_t p = a.prompt_len > 0 ? a.prompt_len : std::min<int64_t>({plan.max_rows(), 128, std::max<int64_t>(max_seq / 2, 1)});
   int64_t d = a.decode_tokens;
@@ -287,7 +350,7 @@ std::string one_line(std::string s) {
 
 int main(int argc, char** argv) {
   const CLI::Range kCount(0, 1 << 30);  // token and row counts
-  CLI::App app{"smelt-run: run a compiled smelt plan (cpu backend)"};
+  CLI::App app{"smelt-run: run a compiled smelt plan (cpu or cuda backend)"};
   app.require_subcommand(1);
 
   GenerateArgs g;
@@ -333,6 +396,16 @@ int main(int argc, char** argv) {
   bn->add_option("--chunk", b.chunk, "prefill chunk rows (0 = the plan's max_rows)")->check(kCount);
   bn->add_option("--format", b.format, "text or json")->check(CLI::IsMember({"text", "json"}));
   bn->add_option("--model", b.model, "checkpoint directory (default: the one recorded in the plan)");
+
+  for (auto [cmd, args] : {std::pair<CLI::App*, BackendArgs*>{gen, &g}, {lg, &l}, {bn, &b}}) {
+    cmd->add_option("--backend", args->backend, "cpu or cuda (default: cuda when the plan has GPU kernels)")
+        ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+    cmd->add_option("--device", args->device, "cuda: GPU ordinal")->check(CLI::Range(0, 1023));
+    cmd->add_option("--synthetic-weights", args->synthetic_seed,
+                    "cuda: fill the weights on the GPU with random values from SEED instead of reading the checkpoint")
+        ->check(CLI::Range(int64_t(0), INT64_MAX));
+  }
+  bn->add_option("--steps", b.steps, "cuda: decode steps timed (median reported)")->check(CLI::Range(1, 1 << 20));
 
   const std::string first = argc > 1 ? argv[1] : "";
   if (!first.empty() && first[0] != '-' && first != "generate" && first != "logits" && first != "inspect" &&

@@ -24,10 +24,13 @@ def Smelt_I64 : TypedSignlessIntegerAttrBase<I64, "int64_t", "64-bit integer att
 def Smelt_IRows : TensorRankOf<[I32], [2]>;
 
 // Attributes every compute op may carry: the model layer (-1 / absent = embedding or head), the kernel chosen
-// by smelt-select-kernels, the arena offsets of its results set by smelt-plan-memory, and `round` ("bf16":
-// every float result is rounded to bf16 after the op, where the V4.1 reference holds bf16; absent = none).
+// by smelt-select-kernels, the arena offsets of its results set by smelt-plan-memory, `round` ("bf16":
+// every float result is rounded to bf16 after the op, where the V4.1 reference holds bf16; absent = none) and
+// `numerics` ("fp32": the op's own model roundings and quantizations off, set by smelt-numerics{mode=fp32};
+// sparse_attention also takes "v41", the official kernel's blocked softmax with bf16 probabilities).
 defvar CommonAttrs = (ins OptionalAttr<Smelt_I64>:$layer, OptionalAttr<StrAttr>:$kernel,
-                          OptionalAttr<DenseI64ArrayAttr>:$offsets, OptionalAttr<StrAttr>:$round);
+                          OptionalAttr<DenseI64ArrayAttr>:$offsets, OptionalAttr<StrAttr>:$round,
+                          OptionalAttr<StrAttr>:$numerics);
 
 class Smelt_ComputeOp<string mnemonic, list<Trait> traits = []>
     : Smelt_Op<mnemonic, !listconcat(traits, [DeclareOpInterfaceMethods<SymbolUserOpInterface>])> {
@@ -44,10 +47,12 @@ def Smelt_WeightOp : Smelt_Op<"weight", [Symbol, HasParent<"::mlir::ModuleOp">]>
   let description = [{
     `type` is the tensor as stored (dtype and shape). `source` is its name in the checkpoint, `file` an index
     into the module's `smelt.checkpoint_files`, `offset` the absolute byte offset of its first element and
-    `transform` the recipe the plan applies at load ("" = as stored).
+    `transform` the recipe the plan applies at load ("" = as stored). With a transform (docs/plan.md "Weight
+    transforms": head padding, partition shards) `type` is the result and `source_shape` the stored shape.
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, TypeAttrOf<AnyRankedTensor>:$type, StrAttr:$source,
-                       Smelt_I64:$file, Smelt_I64:$offset, DefaultValuedStrAttr<StrAttr, "">:$transform);
+                       Smelt_I64:$file, Smelt_I64:$offset, DefaultValuedStrAttr<StrAttr, "">:$transform,
+                       OptionalAttr<DenseI64ArrayAttr>:$source_shape);
   let assemblyFormat = [{
     $sym_name `:` $type `from` $source `file` $file `offset` $offset (`transform` $transform^)? attr-dict
   }];
@@ -183,8 +188,7 @@ def Smelt_SparseAttentionOp : Smelt_ComputeOp<"sparse_attention"> {
   let arguments = !con((ins Smelt_Rows:$q, Smelt_Rows:$kv, Optional<Smelt_IRows>:$idx,
                             FlatSymbolRefAttr:$sink, FlatSymbolRefAttr:$window_ring,
                             OptionalAttr<FlatSymbolRefAttr>:$pool, Smelt_I64:$heads, Smelt_I64:$head_dim,
-                            Smelt_I64:$window, Smelt_I64:$ratio, F64Attr:$scale,
-                            OptionalAttr<StrAttr>:$numerics), CommonAttrs);
+                            Smelt_I64:$window, Smelt_I64:$ratio, F64Attr:$scale), CommonAttrs);
   let results = (outs Smelt_Rows:$o);
 }
 
@@ -322,6 +326,34 @@ def Smelt_DsparkHeadOp : Smelt_ComputeOp<"dspark_head"> {
   let arguments = !con((ins Smelt_Rows:$logits, Smelt_Rows:$x, Smelt_IRows:$ids, FlatSymbolRefAttr:$markov_embed,
                             FlatSymbolRefAttr:$markov_head, FlatSymbolRefAttr:$proj), CommonAttrs);
   let results = (outs Smelt_Rows:$biased_logits, Smelt_IRows:$draft_ids, Smelt_Rows:$confidence);
+}
+
+//===--------------------------------------------------------------------------------------------------===//
+// Collectives of partitioned modules (docs/ops.md, section Collectives; smelt-partition)
+//===--------------------------------------------------------------------------------------------------===//
+
+def Smelt_AllReduceOp : Smelt_ComputeOp<"all_reduce"> {
+  let summary = "y = the members' x summed in `group` order (bit-identical on every member)";
+  let description = [{ Without x this rank holds a zero-width shard and contributes zeros (plan input -1). }];
+  let arguments = !con((ins Optional<Smelt_Rows>:$x, DenseI64ArrayAttr:$group), CommonAttrs);
+  let results = (outs Smelt_Rows:$y);
+}
+
+def Smelt_AllGatherOp : Smelt_ComputeOp<"all_gather"> {
+  let summary = "y = the members' x side by side in `group` order; `widths` = every member's columns";
+  let arguments = !con((ins Smelt_Rows:$x, DenseI64ArrayAttr:$group, DenseI64ArrayAttr:$widths), CommonAttrs);
+  let results = (outs Smelt_Rows:$y);
+}
+
+def Smelt_SendOp : Smelt_ComputeOp<"send"> {
+  let summary = "send x to global rank `peer` (pipeline-stage boundary)";
+  let arguments = !con((ins Smelt_Rows:$x, Smelt_I64:$peer, Smelt_I64:$tag), CommonAttrs);
+}
+
+def Smelt_RecvOp : Smelt_ComputeOp<"recv"> {
+  let summary = "receive y from global rank `peer` (the matching send has the same tag)";
+  let arguments = !con((ins Smelt_I64:$peer, Smelt_I64:$tag), CommonAttrs);
+  let results = (outs Smelt_Rows:$y);
 }
 
 #endif  // SMELT_OPS_TD

@@ -6,6 +6,8 @@
 #include "mlir/IR/OpImplementation.h"
 
 #include "compiler/dialect/SmeltDialect.cpp.inc"
+#include "compiler/dialect/transform.h"
+#include "compiler/dialect/verify_util.h"
 
 #define GET_OP_CLASSES
 #include "compiler/dialect/SmeltOps.cpp.inc"
@@ -37,6 +39,9 @@ mlir::LogicalResult verify_rows(mlir::Operation* op) {
   };
   if (auto r = op->getAttrOfType<mlir::StringAttr>("round"); r && !r.getValue().empty() && r.getValue() != "bf16")
     return op->emitOpError() << "unknown round '" << r.getValue() << "' (expected bf16)";
+  if (auto n = op->getAttrOfType<mlir::StringAttr>("numerics");
+      n && n.getValue() != "fp32" && !(n.getValue() == "v41" && op->getName().getStringRef() == "smelt.sparse_attention"))
+    return op->emitOpError() << "unknown numerics '" << n.getValue() << "' (expected fp32)";
   for (auto [i, v] : llvm::enumerate(op->getOperands()))
     if (mlir::failed(check(v, "operand", i))) return mlir::failure();
   for (auto [i, v] : llvm::enumerate(op->getResults()))
@@ -49,6 +54,17 @@ mlir::LogicalResult WeightOp::verify() {
   if (!t.hasStaticShape()) return emitOpError() << "weight @" << getSymName() << " needs a static shape, got " << t;
   if (getFile() < 0) return emitOpError() << "weight @" << getSymName() << " has a negative file index";
   if (getOffset() < 0) return emitOpError() << "weight @" << getSymName() << " has a negative byte offset";
+  // A transform (docs/plan.md) must parse and turn the stored shape (source_shape) into this weight's type.
+  std::vector<int64_t> stored(t.getShape().begin(), t.getShape().end()), result;
+  if (auto ss = getSourceShape()) stored.assign(ss->begin(), ss->end());
+  std::vector<transform::Step> steps;
+  std::string err = transform::parse(getTransform().str(), steps);
+  if (err.empty()) err = transform::apply_shape(steps, stored, result);
+  if (!err.empty()) return emitOpError() << "weight @" << getSymName() << " transform '" << getTransform() << "': " << err;
+  if (!llvm::equal(result, t.getShape()))
+    return emitOpError() << "weight @" << getSymName() << " transform '" << getTransform() << "' turns the stored shape "
+                         << verify_util::shape_str(stored) << " into " << verify_util::shape_str(result) << ", not "
+                         << verify_util::shape_str(t.getShape());
   return mlir::success();
 }
 

@@ -222,7 +222,7 @@ LogicalResult SparseAttentionOp::verify() {
       failed(expect_positive(*this, getHeadDim(), "head_dim")) || failed(expect_positive(*this, getWindow(), "window")))
     return failure();
   if (getRatio() < 0) return emitOpError() << "ratio must be >= 0 (0 = window only)";
-  if (failed(expect_one_of(*this, "numerics", {"v41"}))) return failure();
+  if (failed(expect_one_of(*this, "numerics", {"v41", "fp32"}))) return failure();
   if (!(getScale().convertToDouble() > 0)) return emitOpError() << "scale must be positive";
   if (failed(expect_cols(*this, getQ(), getHeads() * getHeadDim(), "q (heads * head_dim)")) ||
       failed(expect_cols(*this, getKv(), getHeadDim(), "kv (head_dim)")) ||
@@ -255,7 +255,11 @@ LogicalResult MoeExpertsOp::verify() {
   if (getTopk() > getNExperts()) return emitOpError() << "topk " << getTopk() << " exceeds n_experts " << getNExperts();
   if (failed(expect_one_of(*this, "act_quant", {"fp8_e4m3_b32"})) || failed(expect_one_of(*this, "variant", {"v41"})))
     return failure();
-  const bool quant = getActQuant() && !getActQuant()->empty();
+  // Quantized experts (each weight followed by its scale) are the v41 variant; act_quant is set unless
+  // smelt-numerics{mode=fp32} turned the model's numerics off.
+  const bool quant = getVariant() && *getVariant() == "v41";
+  if (getActQuant() && !getActQuant()->empty() && !quant)
+    return emitOpError() << "act_quant needs quantized experts (variant v41)";
   if (int64_t(getExperts().size()) != (quant ? 6 : 3) * getNExperts())
     return emitOpError() << "expects " << (quant ? 6 : 3) << " * n_experts = " << (quant ? 6 : 3) * getNExperts()
                          << (quant ? " expert weights (e0.w1, e0.w1.scale, e0.w2, e0.w2.scale, e0.w3, e0.w3.scale, "
@@ -271,9 +275,11 @@ LogicalResult SwigluMlpOp::verify() {
   if (failed(verify_rows(*this)) || failed(expect_one_of(*this, "act_quant", {"fp8_e4m3_b32"})) ||
       failed(expect_one_of(*this, "variant", {"v41"})))
     return failure();
-  const bool quant = getActQuant() && !getActQuant()->empty();
-  if (bool(getW1ScaleAttr()) != quant || bool(getW2ScaleAttr()) != quant || bool(getW3ScaleAttr()) != quant)
-    return emitOpError() << "w1_scale, w2_scale and w3_scale go with act_quant (quantized weights): all or none";
+  const bool quant = bool(getW1ScaleAttr());
+  if (bool(getW2ScaleAttr()) != quant || bool(getW3ScaleAttr()) != quant)
+    return emitOpError() << "w1_scale, w2_scale and w3_scale: all or none";
+  if (getActQuant() && !getActQuant()->empty() && !quant)
+    return emitOpError() << "act_quant needs quantized weights (w1_scale, w2_scale, w3_scale)";
   return expect_cols(*this, getY(), cols(getX()), "result");
 }
 
@@ -377,7 +383,7 @@ LogicalResult expect_swiglu(Operation* op, ST& st, const std::string& prefix, ml
 LogicalResult MoeExpertsOp::verifySymbolUses(ST& st) {
   auto refs = getExperts().getAsRange<mlir::FlatSymbolRefAttr>();
   llvm::SmallVector<mlir::FlatSymbolRefAttr> all(refs.begin(), refs.end());
-  const bool quant = getActQuant() && !getActQuant()->empty();
+  const bool quant = getVariant() && *getVariant() == "v41";  // quantized experts, as in verify() and roles.cc
   if (quant) {
     for (size_t e = 0; e + 5 < all.size(); e += 6)
       if (failed(expect_swiglu(*this, st, "e" + std::to_string(e / 6) + ".", all[e], all[e + 2], all[e + 4],

@@ -45,7 +45,7 @@ llvm::SmallVector<SymbolUse> weight_uses(Operation* op) {
         add("gate", o.getGateAttr()), add("bias", o.getBiasAttr()), add("tid2eid", o.getTid2eidAttr(), C::Integer);
       })
       .Case([&](MoeExpertsOp o) {
-        const bool quant = has_str(o.getActQuant());
+        const bool quant = o.getVariant() && *o.getVariant() == "v41";  // quantized experts (scales follow)
         static const char* plain[] = {"w1", "w2", "w3"};
         static const char* scaled[] = {"w1", "w1.scale", "w2", "w2.scale", "w3", "w3.scale"};
         const size_t per = quant ? 6 : 3;
@@ -57,7 +57,7 @@ llvm::SmallVector<SymbolUse> weight_uses(Operation* op) {
         }
       })
       .Case([&](SwigluMlpOp o) {
-        if (has_str(o.getActQuant())) {
+        if (o.getW1ScaleAttr()) {
           add("w1", o.getW1Attr(), C::Quantized), add("w1_scale", o.getW1ScaleAttr(), C::Scale);
           add("w2", o.getW2Attr(), C::Quantized), add("w2_scale", o.getW2ScaleAttr(), C::Scale);
           add("w3", o.getW3Attr(), C::Quantized), add("w3_scale", o.getW3ScaleAttr(), C::Scale);

@@ -3,6 +3,9 @@
 // entry points (@dspark_draft) follow as Plan.programs, their buffers after @forward's.
 #include "compiler/emit/emit.h"
 
+#include <map>
+
+#include "llvm/ADT/StringSet.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
 #include "compiler/dialect/dialect.h"
@@ -69,6 +72,7 @@ unsigned plan_arity(mlir::Operation* op) {
   if (llvm::isa<HcCollapseOp>(op)) return 2;       // X, pre or -1 (one-hot)
   if (llvm::isa<IndexerV41Op>(op)) return 3;       // q, w, cand_in or -1
   if (llvm::isa<ConcatOp>(op)) return 4;           // x0, x1, x2 or -1, x3 or -1
+  if (llvm::isa<AllReduceOp>(op)) return 1;        // x or -1 (a zero-width shard contributes zeros)
   return op->getNumOperands();
 }
 
@@ -78,15 +82,46 @@ unsigned plan_results(mlir::Operation* op) {
   return op->getNumResults();
 }
 
+std::string compiler_version_text() { return std::string("smelt ") + SMELT_VERSION; }
+
 }  // namespace
 
-std::string compiler_version() { return std::string("smelt ") + SMELT_VERSION; }
+std::string compiler_version() { return compiler_version_text(); }
 
-std::vector<uint8_t> emit_plan(mlir::ModuleOp module, const EmitOptions& o) {
-  auto f = module.lookupSymbol<mlir::func::FuncOp>("forward");
-  if (!f || f.getBody().empty()) throw Error("plan emission: the module has no func.func @forward");
+namespace {
+
+// What one Plan holds: @forward (or a rank's forward), its further entry points and its arena. A rank of a
+// partitioned module holds only the weights and states its functions use; its forward may return nothing (a
+// stage without the head: logits -1).
+struct Entry {
+  mlir::func::FuncOp forward;
+  std::vector<mlir::func::FuncOp> programs;
+  int64_t arena = 0;
+  bool rank = false;
+};
+
+// The symbols (weights, states) the functions of `e` refer to.
+llvm::StringSet<> used_symbols(const Entry& e) {
+  llvm::StringSet<> used;
+  auto add = [&](mlir::func::FuncOp f) {
+    f.walk([&](mlir::Operation* op) {
+      for (const SymbolUse& u : weight_uses(op))
+        if (u.ref) used.insert(u.ref.getValue());
+      for (const SymbolUse& u : state_uses(op))
+        if (u.ref) used.insert(u.ref.getValue());
+    });
+  };
+  add(e.forward);
+  for (auto g : e.programs) add(g);
+  return used;
+}
+
+fb::Offset<plan::Plan> build_plan(fb::FlatBufferBuilder& fbb, mlir::ModuleOp module, const EmitOptions& o,
+                                  const Entry& e) {
+  mlir::func::FuncOp f = e.forward;
   const int64_t max_rows = i64_attr(module, "smelt.max_rows", "run smelt-plan-memory first");
-  const int64_t arena = i64_attr(module, "smelt.arena_bytes", "run smelt-plan-memory first");
+  const int64_t arena = e.arena;
+  const llvm::StringSet<> used = e.rank ? used_symbols(e) : llvm::StringSet<>();
   const int64_t max_seq_len = i64_attr(module, "smelt.max_seq_len", "set by the importer");
   const std::string family = module_attr<mlir::StringAttr>(module, "smelt.model_family").str();
   const std::string config = module_attr<mlir::StringAttr>(module, "smelt.config").str();
@@ -96,8 +131,6 @@ std::vector<uint8_t> emit_plan(mlir::ModuleOp module, const EmitOptions& o) {
   if (auto passes = module->getAttrOfType<mlir::ArrayAttr>("smelt.passes"))
     for (auto [i, p] : llvm::enumerate(passes.getAsValueRange<mlir::StringAttr>()))
       pipeline += (i ? "," : "") + p.str();
-
-  fb::FlatBufferBuilder fbb(1 << 16);
 
   std::vector<fb::Offset<plan::KeyValue>> options;
   for (auto [k, v] : std::initializer_list<std::pair<const char*, std::string>>{
@@ -120,20 +153,23 @@ std::vector<uint8_t> emit_plan(mlir::ModuleOp module, const EmitOptions& o) {
   llvm::StringMap<int32_t> weight_id, state_id;
   std::vector<fb::Offset<plan::Weight>> weights;
   for (WeightOp w : module.getOps<WeightOp>()) {
+    if (e.rank && !used.contains(w.getSymName())) continue;
     std::string name = w.getSymName().str();
     weight_id[name] = int32_t(weights.size());
     auto shape = w.getTensorType().getShape();
-    std::vector<int64_t> dims(shape.begin(), shape.end());
+    std::vector<int64_t> dims(shape.begin(), shape.end()), stored;
+    if (auto ss = w.getSourceShape()) stored.assign(ss->begin(), ss->end());  // format 1.2: transformed weights
     weights.push_back(plan::CreateWeightDirect(fbb, name.c_str(), w.getSource().str().c_str(), uint32_t(w.getFile()),
                                                uint64_t(w.getOffset()),
                                                plan_dtype(w.getTensorType().getElementType(), "weight @" + name), &dims,
-                                               w.getTransform().str().c_str()));
+                                               w.getTransform().str().c_str(), w.getSourceShape() ? &stored : nullptr));
     if (w.getFile() >= (int64_t)files.size())
       throw Error("plan emission: weight @" + name + " names checkpoint file " + std::to_string(w.getFile()) +
                   " but the module lists " + std::to_string(files.size()));
   }
   std::vector<fb::Offset<plan::State>> states;
   for (StateOp s : module.getOps<StateOp>()) {
+    if (e.rank && !used.contains(s.getSymName())) continue;
     std::string name = s.getSymName().str();
     state_id[name] = int32_t(states.size());
     auto shape = s.getTensorType().getShape();
@@ -236,17 +272,21 @@ std::vector<uint8_t> emit_plan(mlir::ModuleOp module, const EmitOptions& o) {
 
   mlir::Block& body = f.getBody().front();
   auto ret = llvm::dyn_cast<mlir::func::ReturnOp>(body.getTerminator());
-  if (!ret || ret.getNumOperands() != 1 || body.getNumArguments() != 1)
-    throw Error("plan emission: @forward must take the ids and return the logits");
+  const bool headless = e.rank && ret && ret.getNumOperands() == 0;  // a stage before the last
+  if (!ret || (ret.getNumOperands() != 1 && !headless) || body.getNumArguments() != 1)
+    throw Error("plan emission: @" + f.getSymName().str() + " must take the ids and return the logits");
   std::vector<fb::Offset<plan::Op>> ops = emit_ops(f, "", {"logits"});
-  auto logits = buffer_id.find(ret.getOperand(0));
-  if (logits == buffer_id.end()) throw Error("plan emission: @forward returns a value no op computes");
+  int32_t logits_id = -1;
+  if (!headless) {
+    auto logits = buffer_id.find(ret.getOperand(0));
+    if (logits == buffer_id.end()) throw Error("plan emission: @forward returns a value no op computes");
+    logits_id = logits->second;
+  }
 
   // Further entry points, in module order.
   std::vector<fb::Offset<plan::Program>> programs;
-  for (auto g : module.getOps<mlir::func::FuncOp>()) {
-    if (g == f) continue;
-    const std::string name = g.getSymName().str();
+  for (auto g : e.programs) {
+    const std::string name = e.rank ? "dspark_draft" : g.getSymName().str();
     if (name != "dspark_draft" || g.getBody().empty())
       throw Error("plan emission: @" + name + " is not an entry point a plan can hold (expected @dspark_draft)");
     mlir::Block& gb = g.getBody().front();
@@ -263,14 +303,105 @@ std::vector<uint8_t> emit_plan(mlir::ModuleOp module, const EmitOptions& o) {
     programs.push_back(plan::CreateProgramDirect(fbb, name.c_str(), &gops, &in, &out));
   }
 
-  std::string version = compiler_version();
+  std::vector<fb::Offset<plan::KernelImage>> kernels;
+  for (const auto& k : o.kernels)
+    kernels.push_back(plan::CreateKernelImageDirect(fbb, k.name.c_str(), k.image.arch.c_str(), k.image.format.c_str(),
+                                                    k.image.source_hash, &k.image.bytes));
+  std::string version = compiler_version_text();
+  return plan::CreatePlanDirect(fbb, version.c_str(), family.c_str(), config.c_str(), o.target.c_str(),
+                                o.target_json.c_str(), pipeline.c_str(), &options, &ckpt, &weights, &buffers, &states,
+                                &ops, /*token_ids=*/0, logits_id, max_rows, max_seq_len, uint64_t(arena),
+                                kernels.empty() ? nullptr : &kernels, programs.empty() ? nullptr : &programs);
+}
+
+int64_t rank_value(mlir::func::FuncOp f, const char* key) {
+  auto d = f->getAttrOfType<mlir::DictionaryAttr>("smelt.rank");
+  auto i = d ? d.getAs<mlir::IntegerAttr>(key) : nullptr;
+  if (!i) throw Error("plan emission: @" + f.getSymName().str() + " has no smelt.rank " + key);
+  return i.getInt();
+}
+
+// Format 1.2: a top-level Plan with tp, pp and the ranks, each with its own complete nested Plan.
+std::vector<uint8_t> emit_partitioned(mlir::ModuleOp module, const EmitOptions& o) {
+  std::map<int64_t, Entry> ranks;
+  for (auto f : module.getOps<mlir::func::FuncOp>()) {
+    Entry& e = ranks[rank_value(f, "index")];
+    e.rank = true;
+    if (f.getSymName().ends_with("_forward")) e.forward = f;
+    else if (f.getSymName().ends_with("_dspark_draft")) e.programs.push_back(f);
+    else throw Error("plan emission: @" + f.getSymName().str() + " is not a rank's forward or dspark_draft");
+    if (auto a = f->getAttrOfType<mlir::IntegerAttr>("smelt.arena_bytes")) e.arena = a.getInt();
+    else throw Error("plan emission: @" + f.getSymName().str() + " has no smelt.arena_bytes (run smelt-plan-memory)");
+  }
+  fb::FlatBufferBuilder fbb(1 << 16);
+  std::vector<fb::Offset<plan::Rank>> rank_list;
+  for (auto& [index, e] : ranks) {
+    if (!e.forward) throw Error("plan emission: rank " + std::to_string(index) + " has no forward function");
+    fb::FlatBufferBuilder nested(1 << 16);
+    plan::FinishPlanBuffer(nested, build_plan(nested, module, o, e));
+    std::vector<uint8_t> bytes(nested.GetBufferPointer(), nested.GetBufferPointer() + nested.GetSize());
+    auto d = e.forward->getAttrOfType<mlir::DictionaryAttr>("smelt.rank");
+    auto arch = d.getAs<mlir::StringAttr>("arch");
+    auto share = d.getAs<mlir::FloatAttr>("share");
+    // The nested plan holds 8-byte fields: align its bytes so a reader can use them in place.
+    auto arch_s = fbb.CreateString(arch ? arch.str() : std::string("cpu"));
+    fbb.ForceVectorAlignment(bytes.size(), sizeof(uint8_t), 16);
+    auto plan_v = fbb.CreateVector(bytes);
+    rank_list.push_back(plan::CreateRank(fbb, int32_t(index), int32_t(rank_value(e.forward, "stage")),
+                                         int32_t(rank_value(e.forward, "tp_rank")), arch_s,
+                                         share ? share.getValueAsDouble() : 1.0, plan_v));
+  }
+  const int64_t tp = i64_attr(module, "smelt.tp", "set by smelt-partition");
+  const int64_t pp = i64_attr(module, "smelt.pp", "set by smelt-partition");
+  const int64_t max_rows = i64_attr(module, "smelt.max_rows", "run smelt-plan-memory first");
+  const int64_t max_seq_len = i64_attr(module, "smelt.max_seq_len", "set by the importer");
+  const std::string family = module_attr<mlir::StringAttr>(module, "smelt.model_family").str();
+  const std::string config = module_attr<mlir::StringAttr>(module, "smelt.config").str();
+  std::string pipeline;
+  if (auto passes = module->getAttrOfType<mlir::ArrayAttr>("smelt.passes"))
+    for (auto [i, p] : llvm::enumerate(passes.getAsValueRange<mlir::StringAttr>()))
+      pipeline += (i ? "," : "") + p.str();
+  std::vector<fb::Offset<plan::KeyValue>> options;
+  for (auto [k, v] : std::initializer_list<std::pair<const char*, std::string>>{
+           {"model_dir", module_attr<mlir::StringAttr>(module, "smelt.model_dir").str()},
+           {"max_rows", std::to_string(max_rows)}, {"max_seq_len", std::to_string(max_seq_len)},
+           {"tp", std::to_string(tp)}, {"pp", std::to_string(pp)}})
+    options.push_back(plan::CreateKeyValueDirect(fbb, k, v.c_str()));
+  std::vector<fb::Offset<plan::CheckpointFile>> ckpt;  // the same files every rank's plan lists
+  for (mlir::Attribute a : module_attr<mlir::ArrayAttr>(module, "smelt.checkpoint_files")) {
+    auto d = llvm::cast<mlir::DictionaryAttr>(a);
+    ckpt.push_back(plan::CreateCheckpointFileDirect(fbb, d.getAs<mlir::StringAttr>("path").str().c_str(),
+                                                    d.getAs<mlir::IntegerAttr>("size").getValue().getZExtValue(),
+                                                    d.getAs<mlir::IntegerAttr>("header_hash").getValue().getZExtValue()));
+  }
+  std::string version = compiler_version_text();
   auto root = plan::CreatePlanDirect(fbb, version.c_str(), family.c_str(), config.c_str(), o.target.c_str(),
-                                     o.target_json.c_str(), pipeline.c_str(), &options, &ckpt, &weights, &buffers,
-                                     &states, &ops, /*token_ids=*/0, logits->second, max_rows, max_seq_len,
-                                     uint64_t(arena), /*kernels=*/nullptr, programs.empty() ? nullptr : &programs);
+                                     o.target_json.c_str(), pipeline.c_str(), &options, &ckpt,
+                                     nullptr, nullptr, nullptr, nullptr, /*token_ids=*/0, /*logits=*/-1, max_rows,
+                                     max_seq_len, /*arena_bytes=*/0, nullptr, nullptr, int32_t(tp), int32_t(pp),
+                                     &rank_list);
+  plan::FinishPlanBuffer(fbb, root);
+  return plan_file::wrap({fbb.GetBufferPointer(), fbb.GetSize()}, plan_file::kVersionMajor, 2);
+}
+
+}  // namespace
+
+std::vector<uint8_t> emit_plan(mlir::ModuleOp module, const EmitOptions& o) {
+  if (module->hasAttr("smelt.tp")) return emit_partitioned(module, o);
+  auto f = module.lookupSymbol<mlir::func::FuncOp>("forward");
+  if (!f || f.getBody().empty()) throw Error("plan emission: the module has no func.func @forward");
+  Entry e;
+  e.forward = f;
+  i64_attr(module, "smelt.max_rows", "run smelt-plan-memory first");  // the first thing a planned module has
+  e.arena = i64_attr(module, "smelt.arena_bytes", "run smelt-plan-memory first");
+  for (auto g : module.getOps<mlir::func::FuncOp>())
+    if (g != f) e.programs.push_back(g);
+  fb::FlatBufferBuilder fbb(1 << 16);
+  auto root = build_plan(fbb, module, o, e);
   plan::FinishPlanBuffer(fbb, root);
   // Format 1.1 added Plan.programs; a plan without them is a 1.0 plan, readable by older runtimes.
-  return plan_file::wrap({fbb.GetBufferPointer(), fbb.GetSize()}, plan_file::kVersionMajor, programs.empty() ? 0 : 1);
+  return plan_file::wrap({fbb.GetBufferPointer(), fbb.GetSize()}, plan_file::kVersionMajor, e.programs.empty() ? 0 : 1);
 }
+
 
 }  // namespace smelt

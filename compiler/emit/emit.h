@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/cuda/kernels.h"
 #include "mlir/IR/BuiltinOps.h"
 
 namespace smelt {
@@ -13,6 +14,7 @@ struct EmitOptions {
   std::string target = "cpu";
   std::string target_json;  // the rig description, for file targets
   int64_t tp = 1, pp = 1;
+  std::vector<cuda_compile::PlanKernel> kernels;  // cuda targets: Plan.kernels, in this order
 };
 
 // The compiler's version string recorded in every plan ("smelt 0.1.0").

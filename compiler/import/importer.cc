@@ -68,7 +68,8 @@ mlir::FlatSymbolRefAttr Builder::weight(const std::string& name) {
   WeightOp::create(b_, b_.getUnknownLoc(), b_.getStringAttr(name),
                    mlir::TypeAttr::get(mlir::RankedTensorType::get(t.shape, elem)),
                    b_.getStringAttr(src != m_.source_names.end() ? src->second : t.name),
-                   b_.getI64IntegerAttr(t.file), b_.getI64IntegerAttr(int64_t(t.offset)), b_.getStringAttr(""));
+                   b_.getI64IntegerAttr(t.file), b_.getI64IntegerAttr(int64_t(t.offset)), b_.getStringAttr(""),
+                   /*source_shape=*/nullptr);
   return symbols_[name] = mlir::FlatSymbolRefAttr::get(&ctx_, name);
 }
 

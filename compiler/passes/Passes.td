@@ -13,11 +13,54 @@ def SmeltVerify : Pass<"smelt-verify", "::mlir::ModuleOp"> {
   }];
 }
 
+def SmeltNumerics : Pass<"smelt-numerics", "::mlir::ModuleOp"> {
+  let summary = "Keep (mode=model) or turn off (mode=fp32) the model's own rounding and quantization steps";
+  let description = [{
+    mode=fp32 removes every `round` and `act_quant`, erases smelt.fake_quant (its result becomes its input) and
+    sets `numerics = "fp32"` on the ops whose kernels round inside (kv_compressor, indexer_v41, engram,
+    hc_mean, quantized moe_experts / swiglu_mlp, sparse_attention's "v41"). Weights stay as stored
+    (dequantized exactly). Used to compare partitioned plans at 1e-5 and to tell quantization effects apart.
+  }];
+  let options = [
+    Option<"mode", "mode", "std::string", /*default=*/"\"model\"", "model | fp32">,
+  ];
+}
+
+def SmeltPadHeads : Pass<"smelt-pad-heads", "::mlir::ModuleOp"> {
+  let summary = "Pad attention output groups to a multiple of tp (virtual heads, exact)";
+  let description = [{
+    For every attention of @forward with G output groups where G % tp != 0 or G < tp: G' = ceil(G/tp)*tp groups,
+    the padded groups duplicating real ones in wq_b rows, attn_sink and wo_a rows (weights and block scales),
+    with zero wo_b columns (scale 1.0), all as weight transforms (docs/partition.md). The DSpark drafter stays
+    replicated and is not padded.
+  }];
+  let options = [
+    Option<"tp", "tp", "int64_t", /*default=*/"1", "tensor-parallel size the groups must divide">,
+  ];
+}
+
+def SmeltPartition : Pass<"smelt-partition", "::mlir::ModuleOp"> {
+  let summary = "Split @forward (and @dspark_draft) into one function per rank: TP shards and PP stages";
+  let description = [{
+    Produces func.func @rank{r}_forward (and @rank{r}_dspark_draft on the last stage) with smelt.rank =
+    {index, stage, tp_rank, arch, share}; sharded weights get per-rank symbols `<name>.tp<r>` (transforms of the
+    checkpoint tensor); collectives (all_reduce, all_gather, send, recv) join the ranks. docs/partition.md.
+  }];
+  let options = [
+    Option<"tp", "tp", "int64_t", /*default=*/"1", "tensor-parallel size of every stage">,
+    Option<"pp", "pp", "int64_t", /*default=*/"1", "pipeline stages">,
+    ListOption<"shares", "shares", "int64_t", "relative share of every TP rank (default: even)">,
+    ListOption<"stages", "stages", "int64_t", "layers per stage (default: balanced by weight bytes)">,
+    ListOption<"archs", "archs", "std::string", "arch of every rank, or one for all (default cpu)">,
+  ];
+}
+
 def SmeltSelectKernels : Pass<"smelt-select-kernels", "::mlir::ModuleOp"> {
   let summary = "Choose a kernel for every compute op";
-  let description = [{ Sets `kernel = "cpu.<op>"` on every compute op for the cpu target. }];
+  let description = [{ Sets `kernel = "cpu.<op>"` on every compute op for the cpu target, `cuda.<op>` for a GPU
+    target (docs/targets.md), refusing ops that have no cuda launcher. }];
   let options = [
-    Option<"target", "target", "std::string", /*default=*/"\"cpu\"", "cpu | h200 | a rig FILE.json">,
+    Option<"target", "target", "std::string", /*default=*/"\"cpu\"", "cpu | h200 | sm_80+sm_120 | a rig FILE.json">,
   ];
 }
 

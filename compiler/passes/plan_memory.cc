@@ -4,6 +4,8 @@
 // returned value lives to the return). Values are placed in definition order at the lowest offset that does not
 // overlap any placed value whose live range overlaps its own (first fit). Ranges are closed, so an op's
 // outputs never alias its inputs (the input's range reaches the op) nor each other (same start).
+#include <map>
+
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
 #include "compiler/dialect/dialect.h"
@@ -84,6 +86,34 @@ struct PlanMemory : impl::SmeltPlanMemoryBase<PlanMemory> {
     return true;
   }
 
+  // A partitioned module (smelt-partition): every rank has its own arena, shared by its entry points; each
+  // rank function records its rank's size as smelt.arena_bytes, the module the largest.
+  void plan_ranks(mlir::ModuleOp module) {
+    mlir::Builder b(&getContext());
+    std::map<int64_t, int64_t> arena;
+    for (auto f : module.getOps<mlir::func::FuncOp>()) {
+      auto rank = f->getAttrOfType<mlir::DictionaryAttr>("smelt.rank");
+      auto index = rank ? rank.getAs<mlir::IntegerAttr>("index") : nullptr;
+      if (!index || f.getBody().empty()) {
+        f.emitError() << "smelt-plan-memory: @" << f.getSymName() << " of a partitioned module has no smelt.rank";
+        return signalPassFailure();
+      }
+      if (!plan(f, b, arena[index.getInt()])) return signalPassFailure();
+    }
+    int64_t most = 0;
+    for (auto f : module.getOps<mlir::func::FuncOp>()) {
+      int64_t a = arena[f->getAttrOfType<mlir::DictionaryAttr>("smelt.rank").getAs<mlir::IntegerAttr>("index").getInt()];
+      f->setAttr("smelt.arena_bytes", b.getI64IntegerAttr(a));
+      most = std::max(most, a);
+    }
+    module->setAttr("smelt.arena_bytes", b.getI64IntegerAttr(most));
+    module->setAttr("smelt.max_rows", b.getI64IntegerAttr(maxRows));
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    printAsTextualPipeline(os);
+    record_pass(module, text);
+  }
+
   void runOnOperation() override {
     mlir::ModuleOp module = getOperation();
     if (maxRows <= 0) {
@@ -91,6 +121,7 @@ struct PlanMemory : impl::SmeltPlanMemoryBase<PlanMemory> {
       return signalPassFailure();
     }
     auto forward = module.lookupSymbol<mlir::func::FuncOp>("forward");
+    if (module->hasAttr("smelt.tp")) return plan_ranks(module);
     if (!forward || forward.getBody().empty()) {
       module.emitError() << "smelt-plan-memory: the module has no func.func @forward with a body";
       return signalPassFailure();

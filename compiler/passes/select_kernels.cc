@@ -1,8 +1,14 @@
 // smelt-select-kernels: one kernel per compute op. The cpu backend has exactly one kernel per op (the float32
-// reference kernel), so the choice is by name; the cuda backend will choose by shape and arch.
+// reference kernel), so the choice is by name. On a cuda target every op must have a launcher
+// (runtime/cuda/ops*.cc, which picks the kernel variant by shape and arch at load); the kernel is "cuda.<op>".
+#include <set>
+
+#include "compiler/cuda/target.h"
 #include "compiler/dialect/dialect.h"
 #include "compiler/dialect/roles.h"
 #include "compiler/passes/passes.h"
+#include "frontends/error.h"
+#include "runtime/cuda/launch.h"
 
 namespace smelt {
 
@@ -16,23 +22,29 @@ struct SelectKernels : impl::SmeltSelectKernelsBase<SelectKernels> {
 
   void runOnOperation() override {
     mlir::ModuleOp module = getOperation();
-    llvm::StringRef t = target;
-    if (t != "cpu") {
-      if (t == "h200" || t == "cuda" || t.ends_with(".json"))
-        module.emitError() << "smelt-select-kernels: target '" << t
-                           << "' needs the cuda backend, which is not implemented yet (only target=cpu works)";
-      else
-        module.emitError() << "smelt-select-kernels: unknown target '" << t
-                           << "' (expected cpu, h200 or a rig FILE.json)";
+    cuda_compile::Target t;
+    try {
+      t = cuda_compile::parse_target(target);
+    } catch (const Error& e) {
+      module.emitError() << "smelt-select-kernels: " << e.what();
       return signalPassFailure();
     }
     mlir::Builder b(&getContext());
+    std::set<std::string> missing;
     module.walk([&](mlir::Operation* op) {
       if (!is_compute_op(op)) return;
       llvm::StringRef name = op->getName().getStringRef();
+      std::string full = name.str();
       name.consume_front("smelt.");
-      op->setAttr("kernel", b.getStringAttr("cpu." + name.str()));
+      if (t.cuda && !smelt::runtime::cuda::has_launcher(full)) missing.insert(full);
+      op->setAttr("kernel", b.getStringAttr((t.cuda ? "cuda." : "cpu.") + name.str()));
     });
+    if (!missing.empty()) {
+      std::string list;
+      for (const auto& m : missing) list += (list.empty() ? "" : ", ") + m;
+      module.emitError() << "smelt-select-kernels: target " << t.name << ": no cuda kernel yet for " << list;
+      return signalPassFailure();
+    }
     std::string text;
     llvm::raw_string_ostream os(text);
     printAsTextualPipeline(os);

@@ -262,7 +262,52 @@ struct Verifier {
     }
   }
 
+  // A partitioned module (smelt-partition): every rank's forward (and drafter) is checked like @forward, with
+  // its own state writers (each rank owns its copy of every state it uses); a stage before the last returns
+  // nothing; collectives are compute ops like any other.
+  void run_partitioned() {
+    std::set<Operation*> written;
+    std::map<int64_t, std::pair<mlir::func::FuncOp, mlir::func::FuncOp>> ranks;
+    for (auto g : module.getOps<mlir::func::FuncOp>()) {
+      auto d = g->getAttrOfType<mlir::DictionaryAttr>("smelt.rank");
+      auto i = d ? d.getAs<mlir::IntegerAttr>("index") : nullptr;
+      if (!i) {
+        error(g) << "of a partitioned module has no smelt.rank {index, ...}";
+        continue;
+      }
+      auto& slot = ranks[i.getInt()];
+      if (g.getSymName().ends_with("_forward")) slot.first = g;
+      else if (g.getSymName().ends_with("_dspark_draft")) slot.second = g;
+      else error(g) << "is an unknown entry point of a partitioned module (expected @rank{r}_forward / _dspark_draft)";
+    }
+    for (auto& [index, fns] : ranks) {
+      state_writer.clear();
+      draft_rings.clear();
+      if (fns.second) fns.second.walk([&](DsparkAttentionOp a) { draft_rings.insert(a.getWindowRingAttr().getValue().str()); });
+      if (!fns.first) {
+        ok = false;
+        module.emitError() << "smelt-verify: rank " << index << " has no forward function";
+        continue;
+      }
+      check_forward(fns.first, true);
+      if (fns.second) check_draft(fns.second);
+      for (auto& [st, op] : state_writer) written.insert(st);
+    }
+    finish(written);
+  }
+
+  void finish(const std::set<Operation*>& written) {
+    for (auto w : module.getOps<WeightOp>())
+      if (!weight_uses_count.count(w)) w.emitWarning() << "weight @" << w.getSymName() << " is never used";
+    for (auto s : module.getOps<StateOp>())
+      if (!written.count(s)) {
+        ok = false;
+        s.emitError() << "state @" << s.getSymName() << " is never written (no compressor / window_kv_update)";
+      }
+  }
+
   void run() {
+    if (module->hasAttr("smelt.tp")) return run_partitioned();
     module.walk([&](DsparkAttentionOp a) { draft_rings.insert(a.getWindowRingAttr().getValue().str()); });
     auto f = symbols.lookup<mlir::func::FuncOp>("forward");
     if (!f) {
@@ -270,10 +315,26 @@ struct Verifier {
       module.emitError() << "smelt-verify: the module has no func.func @forward";
       return;
     }
-    check_signature(f);
+    check_forward(f, false);
+    // Further entry points, after @forward so that the states they read have their writers recorded.
+    for (auto g : module.getOps<mlir::func::FuncOp>()) {
+      if (g == f) continue;
+      if (g.getSymName() == "dspark_draft") check_draft(g);
+      else error(g) << "is an unknown entry point (expected @forward and optionally @dspark_draft)";
+    }
+    std::set<Operation*> written;
+    for (auto& [st, op] : state_writer) written.insert(st);
+    finish(written);
+  }
+
+  // @forward, or with `rank` one rank's forward (which may return nothing: a stage before the last).
+  void check_forward(mlir::func::FuncOp f, bool rank) {
+    auto ft = f.getFunctionType();
+    if (!rank || ft.getNumResults() != 0 || ft.getNumInputs() != 1 || !is_rows(ft.getInput(0), true, 1))
+      check_signature(f);
     if (!f.getBody().hasOneBlock()) {
       ok = false;
-      f.emitOpError() << "@forward must have exactly one block";
+      f.emitOpError() << "@" << f.getSymName() << " must have exactly one block";
       return;
     }
     std::map<int64_t, std::vector<Operation*>> layers;
@@ -299,19 +360,6 @@ struct Verifier {
       check_states(&op);
     }
     for (auto& [layer, ops] : layers) check_layer(layer, ops);
-    // Further entry points, after @forward so that the states they read have their writers recorded.
-    for (auto g : module.getOps<mlir::func::FuncOp>()) {
-      if (g == f) continue;
-      if (g.getSymName() == "dspark_draft") check_draft(g);
-      else error(g) << "is an unknown entry point (expected @forward and optionally @dspark_draft)";
-    }
-    for (auto w : module.getOps<WeightOp>())
-      if (!weight_uses_count.count(w)) w.emitWarning() << "weight @" << w.getSymName() << " is never used";
-    for (auto s : module.getOps<StateOp>())
-      if (!state_writer.count(s)) {
-        ok = false;
-        s.emitError() << "state @" << s.getSymName() << " is never written (no compressor / window_kv_update)";
-      }
   }
 };
 

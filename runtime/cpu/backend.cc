@@ -123,6 +123,7 @@ void CpuBackend::prepare(const OpRef& op, const Weights& weights, PreparedOp& po
     po.state_rows[j] = plan.state_shape(op.states[j])[0];
   }
   po.round_bf16 = op.s("round") == "bf16";
+  po.model_numerics = op.s("numerics") != "fp32";
   prepare_op(plan, op, po);
 }
 
@@ -147,7 +148,7 @@ void CpuBackend::run_ops(const std::vector<PreparedOp>& ops, int64_t p0, int row
     plan_.fail("the sequence would reach " + std::to_string(p0 + rows) + " tokens but the plan was compiled for " +
                "max_seq_len " + std::to_string(plan_.max_seq_len()));
   for (int r = 0; r < rows; ++r) positions_[r] = p0 + r;
-  ExecContext ctx{p0, rows, positions_.data(), capturing_ ? &captures_ : nullptr};
+  ExecContext ctx{p0, rows, positions_.data(), capturing_ ? &captures_ : nullptr, comm_, rank_};
   for (const PreparedOp& op : ops) {
     op.run(op, ctx);
     if (op.round_bf16)

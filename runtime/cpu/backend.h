@@ -18,6 +18,7 @@
 #include "kernels/indexer/reference.h"
 #include "kernels/linear/reference.h"
 #include "kernels/moe/reference.h"
+#include "runtime/cpu/collectives.h"
 #include "runtime/plan.h"
 #include "runtime/weights.h"
 
@@ -41,6 +42,8 @@ struct ExecContext {
   int rows = 0;                        // rows of this chunk (positions p0 .. p0+rows-1)
   const int64_t* positions = nullptr;  // [rows] absolute positions (RoPE)
   CaptureTable* captures = nullptr;    // where smelt.capture writes; nullptr = not capturing
+  Communicator* comm = nullptr;        // the ranks' exchange (collectives); nullptr = a plan without them
+  int rank = 0;                        // this backend's global rank index
 };
 
 struct PreparedOp;
@@ -63,6 +66,7 @@ struct PreparedOp {
   float* state[4] = {};
   int64_t state_rows[4] = {};
   bool round_bf16 = false;              // round every float output to bf16 after the op (`round`)
+  bool model_numerics = true;           // false: `numerics = "fp32"` (the V4.1 ops' internal roundings off)
   // Attributes the simple ops use.
   int hc_mult = 0, sinkhorn_iters = 0, groups = 1, heads = 0, head_dim = 0, rope_dim = 0, window = 0;
   bool inverse = false;
@@ -93,6 +97,10 @@ struct PreparedOp {
   // V4.1 DSpark
   kernels::dspark::DraftAttentionArgs dspark_attention;
   kernels::dspark::DraftHeadArgs dspark_head;
+  // Collectives
+  std::vector<int64_t> group, widths;
+  int peer = 0;
+  int64_t tag = 0;
 };
 
 class CpuBackend {
@@ -118,6 +126,12 @@ class CpuBackend {
   void set_capturing(bool on) { capturing_ = on; }
   CaptureTable& captures() { return captures_; }
 
+  // The communicator the collective ops use, and this plan's rank in it (partitioned plans).
+  void attach(Communicator* comm, int rank) {
+    comm_ = comm;
+    rank_ = rank;
+  }
+
   void reset_state();  // zero every state (a new sequence)
   uint64_t state_bytes() const;
   uint64_t arena_bytes() const { return arena_size_; }
@@ -135,6 +149,8 @@ class CpuBackend {
   std::vector<int64_t> positions_;
   CaptureTable captures_;
   bool capturing_ = false;
+  Communicator* comm_ = nullptr;
+  int rank_ = 0;
 
   uint8_t* buffer(int id) const;
   void prepare(const OpRef& op, const Weights& weights, PreparedOp& po);
@@ -149,6 +165,8 @@ void prepare_op(const Plan& plan, const OpRef& op, PreparedOp& p);
 void prepare_op_v41(const Plan& plan, const OpRef& op, PreparedOp& p);
 // The same for smelt.concat and the DSpark ops (runtime/cpu/ops_dspark.cc).
 void prepare_op_dspark(const Plan& plan, const OpRef& op, PreparedOp& p);
+// The same for the collectives (runtime/cpu/ops_collectives.cc).
+void prepare_op_collective(const Plan& plan, const OpRef& op, PreparedOp& p);
 
 // The RoPE inverse frequencies of a rope / compressor op (`v41`: the official V4.1 table).
 std::vector<float> inv_freq(const OpRef& op, bool v41);

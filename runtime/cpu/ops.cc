@@ -116,7 +116,7 @@ void run_moe_experts(const PreparedOp& p, const ExecContext& c) {
   check_indices(p, p.in_i[2], int64_t(c.rows) * p.topk, 0, p.n_experts, "expert index");
   if (!p.q1.empty())
     kernels::moe_experts_v41(p.in[0], c.rows, int(p.in_w[0]), p.inter, p.q1.data(), p.q2.data(), p.q3.data(),
-                             p.n_experts, p.in[1], p.in_i[2], p.topk, p.limit, p.out[0]);
+                             p.n_experts, p.in[1], p.in_i[2], p.topk, p.limit, p.out[0], p.model_numerics);
   else
     kernels::moe_experts(p.in[0], c.rows, int(p.in_w[0]), p.inter, p.w1.data(), p.w2.data(), p.w3.data(),
                          p.n_experts, p.in[1], p.in_i[2], p.topk, p.limit, p.out[0]);
@@ -124,7 +124,8 @@ void run_moe_experts(const PreparedOp& p, const ExecContext& c) {
 
 void run_swiglu_mlp(const PreparedOp& p, const ExecContext& c) {
   if (!p.q1.empty())
-    kernels::swiglu_mlp_v41(p.in[0], c.rows, int(p.in_w[0]), p.inter, p.q1[0], p.q2[0], p.q3[0], p.limit, p.out[0]);
+    kernels::swiglu_mlp_v41(p.in[0], c.rows, int(p.in_w[0]), p.inter, p.q1[0], p.q2[0], p.q3[0], p.limit, p.out[0],
+                            p.model_numerics);
   else
     kernels::swiglu_mlp(p.in[0], c.rows, int(p.in_w[0]), p.inter, p.w[0], p.w[1], p.w[2], p.limit, p.out[0]);
 }
@@ -158,6 +159,7 @@ kernels::Scoring scoring(const std::string& s) {
 }  // namespace
 
 void prepare_op(const Plan& plan, const OpRef& op, PreparedOp& p) {
+  if (is_collective(op.spec->kind)) return prepare_op_collective(plan, op, p);
   switch (op.spec->kind) {
     case OpKind::Embedding:
       p.run = run_embedding;

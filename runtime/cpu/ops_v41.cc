@@ -99,7 +99,7 @@ void run_hc_mean(const PreparedOp& p, const ExecContext& c) {
     for (int64_t i = 0; i < d; ++i) {
       float s = 0.f;
       for (int64_t k = 0; k < n; ++k) s += p.in[0][(r * n + k) * d + i];
-      p.out[0][r * d + i] = kernels::round_bf16(s / float(n));
+      p.out[0][r * d + i] = kernels::round_bf16_if(p.model_numerics, s / float(n));
     }
 }
 
@@ -154,6 +154,7 @@ void prepare_op_v41(const Plan& plan, const OpRef& op, PreparedOp& p) {
       a.eps = float(op.f("eps"));
       a.inv_freq = p.inv_freq.data();
       a.ring_rows = p.state[0] ? int(p.state_rows[0]) : 0;
+      a.model_numerics = p.model_numerics;
       break;
     }
     case OpKind::IndexerV41: {
@@ -170,6 +171,7 @@ void prepare_op_v41(const Plan& plan, const OpRef& op, PreparedOp& p) {
       a.candidate_block_size = int(op.i("candidate_block_size"));
       a.is_candidate_source = op.i("is_candidate_source") != 0;
       a.cand_in = p.in_i[2];
+      a.model_numerics = p.model_numerics;
       break;
     }
     case OpKind::EngramHash: {
@@ -212,6 +214,7 @@ void prepare_op_v41(const Plan& plan, const OpRef& op, PreparedOp& p) {
       a.q_weight = p.w[4];
       a.k_weight = p.w[5];
       a.hash_stride = int(p.in_w[1]);
+      a.model_numerics = p.model_numerics;
       p.layer_index = int(op.i("layer_index"));
       break;
     }

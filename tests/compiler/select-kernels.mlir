@@ -1,8 +1,10 @@
-// smelt-select-kernels: cpu.<op> on every compute op; any other target is refused.
+// smelt-select-kernels: cpu.<op> on every compute op for the cpu target, cuda.<op> for a GPU target (every op
+// here has a cuda launcher); unknown targets and missing rig files are refused.
 // RUN: smelt-opt %s --smelt-select-kernels | FileCheck %s
 // RUN: smelt-opt %s --smelt-select-kernels=target=cpu | FileCheck %s
-// RUN: not smelt-opt %s --smelt-select-kernels=target=h200 2>&1 | FileCheck %s --check-prefix=CUDA
-// RUN: not smelt-opt %s --smelt-select-kernels=target=rig.json 2>&1 | FileCheck %s --check-prefix=CUDA
+// RUN: smelt-opt %s --smelt-select-kernels=target=h200 | FileCheck %s --check-prefix=CUDA
+// RUN: smelt-opt %s --smelt-select-kernels=target=sm_80+sm_120 | FileCheck %s --check-prefix=CUDA
+// RUN: not smelt-opt %s --smelt-select-kernels=target=no-such-rig.json 2>&1 | FileCheck %s --check-prefix=RIG
 // RUN: not smelt-opt %s --smelt-select-kernels=target=tpu 2>&1 | FileCheck %s --check-prefix=UNKNOWN
 
 // CHECK: module attributes {smelt.passes = ["smelt-select-kernels{target=cpu}"]}
@@ -12,8 +14,12 @@
 // CHECK: smelt.sparse_attention {{.*}}kernel = "cpu.sparse_attention"
 // CHECK: smelt.window_kv_update {{.*}}kernel = "cpu.window_kv_update"
 // CHECK: smelt.linear {{.*}}kernel = "cpu.linear"
-// CUDA: error: smelt-select-kernels: target '{{.*}}' needs the cuda backend, which is not implemented yet (only target=cpu works)
-// UNKNOWN: error: smelt-select-kernels: unknown target 'tpu' (expected cpu, h200 or a rig FILE.json)
+// CUDA: smelt.embedding {{.*}}kernel = "cuda.embedding"
+// CUDA: smelt.sparse_attention {{.*}}kernel = "cuda.sparse_attention"
+// CUDA: smelt.window_kv_update {{.*}}kernel = "cuda.window_kv_update"
+// CUDA: smelt.linear {{.*}}kernel = "cuda.linear"
+// RIG: error: smelt-select-kernels: no-such-rig.json: cannot read the rig file
+// UNKNOWN: error: smelt-select-kernels: --target tpu: unknown target (expected cpu, h200, a list of archs such as sm_80,sm_120, or a rig FILE.json)
 module {
   smelt.weight @embed : tensor<8x16xf32> from "embed.weight" file 0 offset 0
   smelt.weight @sink : tensor<1xf32> from "layers.0.attn.attn_sink" file 0 offset 512

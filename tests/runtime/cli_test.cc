@@ -10,6 +10,7 @@
 #include "frontends/safetensors.h"
 #include "runtime/session.h"
 #include "tests/runtime/plan_builder.h"
+#include "tests/runtime/ranks_util.h"
 #include "tests/runtime/v4_tiny.h"
 
 namespace smelt::runtime {
@@ -210,6 +211,53 @@ TEST_F(Cli, InspectAndBench) {
   EXPECT_EQ(j["decode_tokens"], 4);
   EXPECT_GT(j["decode_ms_per_token"].get<double>(), 0.0);
   expect_error(run("bench " + plan + " --prompt-len 60 --decode-tokens 10"), 1, "max_seq_len is 64");
+}
+
+// A partitioned plan (TP 2 x PP 2) through the tool: inspect per rank, generate, bench, and a failing rank's
+// one-line error.
+TEST(CliRanks, PartitionedPlan) {
+  TempDir dir;
+  std::vector<std::unique_ptr<testing::PlanBuilder>> builders;
+  std::vector<testing::RankArg> ranks;
+  for (int s = 0; s < 2; ++s)
+    for (int t = 0; t < 2; ++t) {
+      builders.push_back(std::make_unique<testing::PlanBuilder>());
+      testing::Mlp::rank(*builders.back(), 2, 2, s, t, {0, 4, 10}, {0, 5, 11});
+      ranks.push_back({builders.back().get()});
+    }
+  std::string plan = dir.str("part.smelt");
+  testing::PlanBuilder::write_bytes(plan, testing::partitioned_file(ranks, 2, 2, dir.str()));
+
+  Result j = run("inspect " + plan + " --format json");
+  ASSERT_EQ(j.code, 0) << j.err;
+  auto info = nlohmann::json::parse(j.out);
+  EXPECT_EQ(info["tp"], 2);
+  EXPECT_EQ(info["pp"], 2);
+  EXPECT_EQ(info["vocab"], testing::Mlp::V);
+  ASSERT_EQ(info["ranks"].size(), 4u);
+  EXPECT_EQ(info["ranks"][2]["collectives_per_decode_step"]["smelt.recv"]["count"], 1);
+  Result t = run("inspect " + plan);
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_NE(t.out.find("rank 1: stage 0, tp_rank 1, arch cpu, share 0.5"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("    layers: 0 + embedding"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("collectives per decode step: smelt.recv x1 (24 bytes), smelt.all_gather x1 (44 bytes)"),
+            std::string::npos) << t.out;
+
+  // Greedy tokens from the tool = argmax of the float64 forward (each step feeds the previous token).
+  Result g = run("generate " + plan + " --prompt-ids 3,1,4 --max-new-tokens 4 --format json");
+  ASSERT_EQ(g.code, 0) << g.err;
+  std::vector<int> want;
+  int last = 4;
+  for (int k = 0; k < 4; ++k) {
+    std::vector<double> l = testing::Mlp::expected(last);
+    last = int(std::max_element(l.begin(), l.end()) - l.begin());
+    want.push_back(last);
+  }
+  EXPECT_EQ(nlohmann::json::parse(g.out)["tokens"].get<std::vector<int>>(), want);
+  Result b = run("bench " + plan + " --prompt-len 4 --decode-tokens 2 --repeat 1");
+  EXPECT_EQ(b.code, 0) << b.err;
+  expect_error(run("generate " + plan + " --prompt-ids 3,11 --max-new-tokens 1"), 1,
+               "op 0 (smelt.embedding, layer -1): token id 11 is outside [0, 11)");
 }
 
 }  // namespace

@@ -136,6 +136,18 @@ class PlanBuilder {
     weights_.push_back(std::move(w));
     return int(weights_.size()) - 1;
   }
+  // A plan weight made from weight `source`'s stored tensor by a load transform (docs/plan.md "Weight
+  // transforms", format 1.2): Weight.source_shape = the source's shape, `shape` = the result. Not written to
+  // the checkpoint itself. `values` (optional) are the F32 values the test expects the runtime to make.
+  int transformed(const std::string& name, int source, const std::string& transform, std::vector<int64_t> shape,
+                  std::vector<float> values = {}) {
+    const W& s = weights_[source];
+    W w{name, s.dtype, shape, {}, std::move(values), {}};
+    w.view_of = source;
+    w.transform = transform;
+    weights_.push_back(std::move(w));
+    return int(weights_.size()) - 1;
+  }
   const std::vector<float>& values(int id) const { return weights_[id].values; }
   const std::vector<int64_t>& int_values(int id) const { return weights_[id].ints; }
 
@@ -179,8 +191,9 @@ class PlanBuilder {
     for (const W& w : weights_) {
       const std::string& source = w.view_of < 0 ? w.name : weights_[w.view_of].name;
       uint64_t at = offset[source] + (w.view_of < 0 ? 0 : uint64_t(w.view_first) * dtype_size(w.dtype));
+      const std::vector<int64_t>* source_shape = w.transform.empty() ? nullptr : &weights_[w.view_of].shape;
       weights.push_back(plan::CreateWeightDirect(fbb, w.name.c_str(), source.c_str(), 0, at, plan::DType(int(w.dtype)),
-                                                 &w.shape, ""));
+                                                 &w.shape, w.transform.c_str(), source_shape));
     }
     std::vector<flatbuffers::Offset<plan::Buffer>> buffers;
     for (const B& b : buffers_) buffers.push_back(plan::CreateBufferDirect(fbb, b.name.c_str(), b.dtype, b.row_elems, b.offset));
@@ -224,8 +237,10 @@ class PlanBuilder {
   }
   std::vector<uint8_t> file(const std::string& model_dir) {
     std::vector<uint8_t> p = payload(model_dir);
-    // Like the compiler: format 1.1 only when the plan has programs.
-    return plan_file::wrap(p, plan_file::kVersionMajor, programs.empty() ? 0 : 1);
+    // Like the compiler: format 1.1 only when the plan has programs, 1.2 with load transforms.
+    bool transforms = false;
+    for (const W& w : weights_) transforms = transforms || !w.transform.empty();
+    return plan_file::wrap(p, plan_file::kVersionMajor, transforms ? 2 : programs.empty() ? 0 : 1);
   }
   // Writes model_dir/<checkpoint> and `plan_path`.
   void write(const std::string& plan_path, const std::string& model_dir) { write_bytes(plan_path, file(model_dir)); }
@@ -245,6 +260,7 @@ class PlanBuilder {
     std::vector<int64_t> ints;
     int view_of = -1;
     int64_t view_first = 0;
+    std::string transform = "";  // with view_of: a load transform of that tensor
   };
   struct B {
     std::string name;
@@ -261,6 +277,37 @@ class PlanBuilder {
   std::vector<B> buffers_;
   std::vector<St> states_;
 };
+
+// One rank of a hand-built partitioned plan (format 1.2); the fields default to what `plan`'s position says.
+struct RankArg {
+  PlanBuilder* plan = nullptr;
+  int index = -1, stage = -1, tp_rank = -1;
+  double share = 0.0;
+  std::string arch = "cpu";
+};
+
+// A partitioned plan file whose rank k runs ranks[k].plan. Every rank's builder writes its weights to the same
+// checkpoint file (build them with identical base weights so that the bytes, and the header hash, agree).
+inline std::vector<uint8_t> partitioned_file(std::vector<RankArg> ranks, int tp, int pp, const std::string& model_dir) {
+  flatbuffers::FlatBufferBuilder fbb;
+  std::vector<flatbuffers::Offset<plan::Rank>> offsets;
+  for (size_t k = 0; k < ranks.size(); ++k) {
+    RankArg& r = ranks[k];
+    int index = r.index >= 0 ? r.index : int(k);
+    std::vector<uint8_t> nested = r.plan->payload(model_dir);
+    offsets.push_back(plan::CreateRankDirect(fbb, index, r.stage >= 0 ? r.stage : index / tp,
+                                             r.tp_rank >= 0 ? r.tp_rank : index % tp, r.arch.c_str(),
+                                             r.share > 0 ? r.share : 1.0 / tp, &nested));
+  }
+  std::vector<flatbuffers::Offset<plan::KeyValue>> opts = {
+      plan::CreateKeyValueDirect(fbb, "model_dir", model_dir.c_str())};
+  auto root = plan::CreatePlanDirect(fbb, "smelt-test 0.1", "deepseek_v4", R"({"vocab_size": 0})", "cpu", "{}",
+                                     "test-pipeline", &opts, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 0, 0, 0, 0,
+                                     nullptr, nullptr, tp, pp, &offsets);
+  plan::FinishPlanBuffer(fbb, root);
+  std::vector<uint8_t> payload(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
+  return plan_file::wrap(payload, plan_file::kVersionMajor, 2);
+}
 
 // The smallest useful model: embedding -> rms_norm -> linear head. V = 11, D = 6.
 struct TinyModel {

@@ -69,7 +69,7 @@ TEST(PlanErrors, Header) {
   EXPECT_EQ(load_error(plan_file::wrap(payload, 2, 0)),
             "bad.smelt: has plan format version 2.0 but this runtime reads major version 1 only; recompile the plan");
   EXPECT_EQ(load_error(plan_file::wrap(payload, 1, 7)),
-            "bad.smelt: has plan format version 1.7, newer than this runtime's 1.1; update smelt-run");
+            "bad.smelt: has plan format version 1.7, newer than this runtime's 1.2; update smelt-run");
 
   std::vector<uint8_t> corrupt = good;
   corrupt[plan_file::kHeaderSize + payload.size() / 2] ^= 0x40;

@@ -1,0 +1,32 @@
+#include "compiler/cuda/kernels.h"
+
+#include <set>
+
+namespace smelt::cuda_compile {
+
+std::vector<PlanKernel> compile_kernels(const Target& target, const std::function<void(const std::string&)>& progress) {
+  std::set<std::string> families;
+  for (const auto& src : kernel_sources()) families.insert(src.family);
+  std::vector<std::string> archs = target.archs;
+  archs.push_back(target.ptx_arch);
+  std::vector<PlanKernel> out;
+  uint64_t bytes = 0;
+  for (const auto& family : families) {
+    const KernelSource& src = kernel_source(family);
+    for (const auto& arch : archs) {
+      Image img = compile(src, arch);
+      if (!img.log.empty() && progress) progress(src.file + " (" + arch + "): " + img.log);
+      bytes += img.bytes.size();
+      out.push_back({family, std::move(img)});
+    }
+  }
+  if (progress) {
+    std::string list;
+    for (const auto& a : archs) list += (list.empty() ? "" : ", ") + a;
+    progress("compiled " + std::to_string(families.size()) + " kernel families for " + list + ": " +
+             std::to_string(bytes) + " bytes of device code");
+  }
+  return out;
+}
+
+}  // namespace smelt::cuda_compile

@@ -1,0 +1,328 @@
+// The TP rewrite of one rank's function (partition.h): attention by whole output groups (wq_b rows, sinks, wo_a
+// rows, wo_b columns -> partial + all_reduce), routed and shared experts by intermediate width (w1/w3 rows, w2
+// columns; one all_reduce of routed + shared per FFN), embedding by columns + all_gather, head by vocab rows +
+// all_gather. Everything else (KV, compressors, indexer, Engram, mHC, norms, routing) stays replicated.
+#include "compiler/passes/partition.h"
+
+#include "compiler/passes/shard.h"
+
+namespace smelt::partition {
+
+namespace {
+
+using mlir::Operation;
+using mlir::Value;
+
+std::string where(Operation* op) {
+  auto l = op->getAttrOfType<mlir::IntegerAttr>("layer");
+  return (l ? "layer " + std::to_string(l.getInt()) + " " : std::string()) + op->getName().getStringRef().str();
+}
+
+void set_width(Value v, int64_t w) {
+  auto t = llvm::cast<mlir::RankedTensorType>(v.getType());
+  v.setType(mlir::RankedTensorType::get({mlir::ShapedType::kDynamic, w}, t.getElementType()));
+}
+
+void set_i64(Operation* op, llvm::StringRef name, int64_t v) {
+  op->setAttr(name, mlir::IntegerAttr::get(mlir::IntegerType::get(op->getContext(), 64), v));
+}
+
+WeightOp lookup(mlir::SymbolTable& st, mlir::Attribute ref) {
+  auto r = llvm::dyn_cast_or_null<mlir::FlatSymbolRefAttr>(ref);
+  return r ? st.lookup<WeightOp>(r.getValue()) : WeightOp();
+}
+
+std::string tp_name(WeightOp w, int64_t t) { return w ? w.getSymName().str() + ".tp" + std::to_string(t) : ""; }
+
+struct Rewriter {
+  mlir::SymbolTable& module;  // the module's symbols
+  mlir::func::FuncOp f;
+  const TpRank& r;
+  int64_t ntp() const { return int64_t(r.shares.size()); }
+
+  // Shards the weight named by attribute `wattr` (and its scale `sattr`, if any) of `op` along `dim`.
+  std::string shard(Operation* op, llvm::StringRef wattr, llvm::StringRef sattr, int dim, shard::Range range) {
+    shard::Quantized q{lookup(module, op->getAttr(wattr)), sattr.empty() ? WeightOp() : lookup(module, op->getAttr(sattr))};
+    if (!q.weight) return where(op) + ": weight '" + wattr.str() + "' is not a smelt.weight";
+    mlir::FlatSymbolRefAttr w, s;
+    std::string err = shard::remap(module, q, dim, {range}, tp_name(q.weight, r.tp_rank), tp_name(q.scale, r.tp_rank),
+                                   where(op), w, s);
+    if (!err.empty()) return err;
+    op->setAttr(wattr, w);
+    if (s) op->setAttr(sattr, s);
+    return "";
+  }
+
+  Operation* collective(Operation* after, llvm::StringRef name, Value x, mlir::Type type,
+                        llvm::ArrayRef<mlir::NamedAttribute> attrs) {
+    mlir::OpBuilder b(after);
+    b.setInsertionPointAfter(after);
+    mlir::OperationState st(after->getLoc(), name);
+    if (x) st.addOperands(x);
+    st.addTypes(type);
+    st.addAttribute("group", b.getDenseI64ArrayAttr(r.group));
+    if (auto l = after->getAttr("layer")) st.addAttribute("layer", l);
+    for (auto a : attrs) st.addAttribute(a.getName(), a.getValue());
+    return b.create(st);
+  }
+
+  // Replaces every use of `out` (but the new op's) by an all_reduce of `partial` (null: this rank adds zeros),
+  // inserted after `after`; the round of the full sum moves to the all_reduce.
+  void all_reduce(Operation* after, Value out, Value partial, mlir::Attribute round) {
+    llvm::SmallVector<mlir::NamedAttribute> attrs;
+    if (round) attrs.push_back({mlir::StringAttr::get(f.getContext(), "round"), round});
+    Operation* ar = collective(after, "smelt.all_reduce", partial, out.getType(), attrs);
+    out.replaceAllUsesExcept(ar->getResult(0), ar);
+  }
+
+  std::string attention(SparseAttentionOp attn) {
+    AttentionChain c;
+    if (std::string err = find_chain(attn, c); !err.empty()) return err;
+    if (c.groups < ntp())
+      return where(attn) + ": " + std::to_string(c.groups) + " output groups cannot give each of " +
+             std::to_string(ntp()) + " TP ranks a whole group (run smelt-pad-heads{tp=" + std::to_string(ntp()) +
+             "} first)";
+    shard::Range g = shard::split(c.groups, 1, r.shares, true)[r.tp_rank];
+    const int64_t hpg = c.heads / c.groups, d = c.head_dim, R = c.rank;
+    auto aq = c.wo_b.getActQuant();
+    if (aq && !aq->empty() && ((g.begin * R) % 32 || (g.end * R) % 32))
+      return where(c.wo_b) + ": TP rank " + std::to_string(r.tp_rank) + " would get wo_b input columns " +
+             std::to_string(g.begin * R) + ":" + std::to_string(g.end * R) +
+             ", which splits an FP8 activation block of 32 (o_lora_rank " + std::to_string(R) +
+             " per group); use --numerics fp32 or a TP size whose groups per rank cover whole blocks";
+    for (auto [op, wa, sa, dim, lo, hi] :
+         std::initializer_list<std::tuple<Operation*, const char*, const char*, int, int64_t, int64_t>>{
+             {c.wq_b, "weight", "scale", 0, g.begin * hpg * d, g.end * hpg * d},
+             {attn, "sink", "", 0, g.begin * hpg, g.end * hpg},
+             {c.wo_a, "weight", "scale", 0, g.begin * R, g.end * R},
+             {c.wo_b, "weight", "scale", 1, g.begin * R, g.end * R}})
+      if (std::string err = shard(op, wa, sa, dim, {lo, hi, false}); !err.empty()) return err;
+    set_heads(c, g.size());
+    mlir::Attribute round = c.wo_b->getAttr("round");
+    c.wo_b->removeAttr("round");
+    all_reduce(c.wo_b, c.wo_b.getY(), c.wo_b.getY(), round);
+    return "";
+  }
+
+  // Shards an expert-style SwiGLU (w1/w3 rows, w2 columns) of intermediate width F to [lo, hi).
+  std::string swiglu(Operation* op, const char* w1, const char* w2, const char* w3, const char* s1, const char* s2,
+                     const char* s3, shard::Range f) {
+    if (std::string e = shard(op, w1, s1, 0, f); !e.empty()) return e;
+    if (std::string e = shard(op, w3, s3, 0, f); !e.empty()) return e;
+    return shard(op, w2, s2, 1, f);
+  }
+
+  // The [lo, hi) of an intermediate width F this rank computes, in units of the quantization block (32 with
+  // activation quantization, which quantizes w2's input in blocks of 32).
+  shard::Range ffn_range(shard::Quantized w1, shard::Quantized w2, shard::Quantized w3, bool act_quant) {
+    int64_t F = shard::extent(w1, 0);
+    int64_t qb = std::max({shard::block(w1, 0), shard::block(w3, 0), shard::block(w2, 1), act_quant ? int64_t(32) : 0});
+    return shard::split(F, shard::split_unit(F, qb, ntp()), r.shares, false)[r.tp_rank];
+  }
+
+  // Returns "" and sets alive = whether this rank keeps a non-empty shard.
+  std::string experts(MoeExpertsOp e, bool& alive) {
+    const bool quant = e.getVariant() && *e.getVariant() == "v41";
+    const size_t per = quant ? 6 : 3, st = quant ? 2 : 1;
+    auto list = e.getExperts();
+    auto q = [&](size_t i) {
+      return shard::Quantized{lookup(module, list[i]), quant ? lookup(module, list[i + 1]) : WeightOp()};
+    };
+    bool aq = e.getActQuant() && !e.getActQuant()->empty();
+    shard::Range f = ffn_range(q(0), q(st), q(2 * st), aq);
+    for (size_t x = 0; x < list.size(); x += per)
+      if (shard::extent(q(x), 0) != shard::extent(q(0), 0))
+        return where(e) + ": experts of different intermediate widths cannot be split alike";
+    alive = f.size() > 0;
+    if (!alive) return "";
+    llvm::SmallVector<mlir::Attribute> out;
+    for (size_t x = 0; x < list.size(); x += per)
+      for (size_t k = 0; k < 3; ++k) {
+        mlir::FlatSymbolRefAttr w, s;
+        shard::Quantized qq = q(x + k * st);
+        if (std::string err = shard::remap(module, qq, k == 1 ? 1 : 0, {f}, tp_name(qq.weight, r.tp_rank),
+                                           tp_name(qq.scale, r.tp_rank), where(e), w, s);
+            !err.empty())
+          return err;
+        out.push_back(w);
+        if (quant) out.push_back(s);
+      }
+    e.setExpertsAttr(mlir::ArrayAttr::get(e.getContext(), out));
+    return "";
+  }
+
+  std::string shared(SwigluMlpOp s, bool& alive) {
+    auto q = [&](const char* w, const char* sc) {
+      return shard::Quantized{lookup(module, s->getAttr(w)), lookup(module, s->getAttr(sc))};
+    };
+    bool aq = s.getActQuant() && !s.getActQuant()->empty();
+    shard::Range f = ffn_range(q("w1", "w1_scale"), q("w2", "w2_scale"), q("w3", "w3_scale"), aq);
+    alive = f.size() > 0;
+    if (!alive) return "";
+    const bool scaled = bool(s.getW1ScaleAttr());
+    return swiglu(s, "w1", "w2", "w3", scaled ? "w1_scale" : "", scaled ? "w2_scale" : "", scaled ? "w3_scale" : "", f);
+  }
+
+  // One FFN: routed experts and / or the shared expert, summed by an add; one all_reduce of the partials.
+  std::string ffn(MoeExpertsOp e, SwigluMlpOp s, AddOp add) {
+    bool e_alive = false, s_alive = false;
+    if (e)
+      if (std::string err = experts(e, e_alive); !err.empty()) return err;
+    if (s)
+      if (std::string err = shared(s, s_alive); !err.empty()) return err;
+    Operation* last = add ? add.getOperation() : e ? e.getOperation() : s.getOperation();
+    Value out = last->getResult(0);
+    mlir::Attribute round = last->getAttr("round");
+    for (Operation* op : {e ? e.getOperation() : nullptr, s ? s.getOperation() : nullptr, add ? add.getOperation() : nullptr})
+      if (op) op->removeAttr("round");  // partials are not model values; the full sum is rounded
+    Value partial;
+    if (e_alive && s_alive) partial = out;
+    else if (e_alive) partial = e.getY();
+    else if (s_alive) partial = s.getY();
+    all_reduce(last, out, partial, round);
+    if (add && !(e_alive && s_alive)) add->erase();
+    if (e && !e_alive) e->erase();
+    if (s && !s_alive) s->erase();
+    return "";
+  }
+
+  // Columns of the embedding per rank, then all_gather.
+  std::string embedding(EmbeddingOp op) {
+    shard::Quantized q{lookup(module, op.getEmbedAttr()), WeightOp()};
+    if (!q.weight) return where(op) + ": embed is not a smelt.weight";
+    int64_t D = shard::extent(q, 1);
+    std::vector<shard::Range> all = shard::split(D, shard::split_unit(D, 0, ntp()), r.shares, true);
+    if (std::string err = shard(op, "embed", "", 1, all[r.tp_rank]); !err.empty()) return err;
+    gather(op, all);
+    return "";
+  }
+
+  // Vocab rows of the head per rank, then all_gather of the logits.
+  std::string head(LinearOp op) {
+    shard::Quantized q{lookup(module, op.getWeightAttr()), lookup(module, op.getScaleAttr())};
+    if (!q.weight) return where(op) + ": the head weight is not a smelt.weight";
+    int64_t V = shard::extent(q, 0);
+    std::vector<shard::Range> all = shard::split(V, shard::split_unit(V, shard::block(q, 0), ntp()), r.shares, true);
+    if (std::string err = shard(op, "weight", op.getScaleAttr() ? "scale" : "", 0, all[r.tp_rank]); !err.empty())
+      return err;
+    gather(op, all);
+    return "";
+  }
+
+  void gather(Operation* op, const std::vector<shard::Range>& all) {
+    Value y = op->getResult(0);
+    mlir::Type full = y.getType();
+    llvm::SmallVector<int64_t> widths;
+    for (const auto& a : all) widths.push_back(a.size());
+    set_width(y, all[r.tp_rank].size());
+    mlir::Builder b(op->getContext());
+    Operation* g = collective(op, "smelt.all_gather", y, full, {b.getNamedAttr("widths", b.getDenseI64ArrayAttr(widths))});
+    y.replaceAllUsesExcept(g->getResult(0), g);
+  }
+
+  std::string run() {
+    llvm::SmallVector<SparseAttentionOp> attns;
+    llvm::SmallVector<MoeExpertsOp> moes;
+    llvm::SmallVector<SwigluMlpOp> mlps;
+    llvm::SmallVector<EmbeddingOp> embeds;
+    f.walk([&](Operation* op) {
+      if (auto a = llvm::dyn_cast<SparseAttentionOp>(op)) attns.push_back(a);
+      if (auto m = llvm::dyn_cast<MoeExpertsOp>(op)) moes.push_back(m);
+      if (auto m = llvm::dyn_cast<SwigluMlpOp>(op)) mlps.push_back(m);
+      if (auto m = llvm::dyn_cast<EmbeddingOp>(op)) embeds.push_back(m);
+    });
+    for (SparseAttentionOp a : attns)
+      if (std::string err = attention(a); !err.empty()) return err;
+    llvm::DenseSet<Operation*> paired;
+    for (MoeExpertsOp e : moes) {
+      SwigluMlpOp s;
+      AddOp add;
+      if (e.getY().hasOneUse())
+        if ((add = llvm::dyn_cast<AddOp>(*e.getY().getUsers().begin()))) {
+          Value other = add.getA() == e.getY() ? add.getB() : add.getA();
+          s = other.getDefiningOp<SwigluMlpOp>();
+          if (!s || !other.hasOneUse()) s = SwigluMlpOp(), add = AddOp();
+        }
+      if (s) paired.insert(s);
+      if (std::string err = ffn(e, s, add); !err.empty()) return err;
+    }
+    for (SwigluMlpOp s : mlps)
+      if (!paired.count(s))
+        if (std::string err = ffn(MoeExpertsOp(), s, AddOp()); !err.empty()) return err;
+    for (EmbeddingOp e : embeds)
+      if (std::string err = embedding(e); !err.empty()) return err;
+    auto ret = llvm::cast<mlir::func::ReturnOp>(f.getBody().front().getTerminator());
+    if (ret.getNumOperands() == 1)
+      if (auto h = ret.getOperand(0).getDefiningOp<LinearOp>())
+        if (std::string err = head(h); !err.empty()) return err;
+    return "";
+  }
+};
+
+}  // namespace
+
+std::string find_chain(SparseAttentionOp attn, AttentionChain& c) {
+  c = AttentionChain();
+  c.attn = attn;
+  c.heads = attn.getHeads();
+  c.head_dim = attn.getHeadDim();
+  const std::string at = where(attn);
+  auto head_local = [&](Operation* op) -> std::string {
+    int64_t h = -1;
+    if (auto o = llvm::dyn_cast<RopeOp>(op)) h = o.getHeads();
+    if (auto o = llvm::dyn_cast<RmsNormOp>(op)) h = o.getGroups();
+    if (auto o = llvm::dyn_cast<FakeQuantOp>(op)) h = o.getHeads().value_or(1);
+    if (h < 0) return at + ": " + op->getName().getStringRef().str() + " between the heads' projections is not head-local";
+    if (h != c.heads)
+      return at + ": " + where(op) + " works on " + std::to_string(h) + " heads' worth of channels, not per head";
+    if (auto n = llvm::dyn_cast<RmsNormOp>(op); n && n.getWeightAttr())
+      return at + ": a weighted per-head rms_norm in the attention is not supported by the split";
+    return "";
+  };
+  for (Value v = attn.getQ();;) {
+    Operation* d = v.getDefiningOp();
+    if (!d || !v.hasOneUse()) return at + ": q is not computed for the attention alone";
+    if ((c.wq_b = llvm::dyn_cast<LinearOp>(d))) break;
+    if (std::string err = head_local(d); !err.empty()) return err;
+    c.q_ops.insert(c.q_ops.begin(), d);
+    v = d->getOperand(0);
+  }
+  Value o = attn.getO();
+  for (;;) {
+    if (!o.hasOneUse()) return at + ": the attention output has users besides the output projection";
+    Operation* u = *o.getUsers().begin();
+    if ((c.wo_a = llvm::dyn_cast<GroupedLinearOp>(u))) break;
+    if (std::string err = head_local(u); !err.empty()) return err;
+    c.o_ops.push_back(u);
+    o = u->getResult(0);
+  }
+  Value a = c.wo_a.getY();
+  if (!a.hasOneUse() || !(c.wo_b = llvm::dyn_cast<LinearOp>(*a.getUsers().begin())))
+    return at + ": wo_a's result must feed one linear (wo_b)";
+  c.groups = c.wo_a.getGroups();
+  if (c.groups <= 0 || c.heads % c.groups) return at + ": " + std::to_string(c.heads) + " heads in " +
+                                                  std::to_string(c.groups) + " output groups";
+  c.rank = cols(a) / c.groups;
+  return "";
+}
+
+void set_heads(AttentionChain& c, int64_t groups) {
+  const int64_t h = groups * (c.heads / c.groups), w = h * c.head_dim;
+  set_width(c.wq_b.getY(), w);
+  for (Operation* op : llvm::concat<Operation* const>(c.q_ops, c.o_ops)) {
+    set_i64(op, llvm::isa<RmsNormOp>(op) ? "groups" : "heads", h);
+    set_width(op->getResult(0), w);
+  }
+  set_i64(c.attn, "heads", h);
+  set_width(c.attn.getO(), w);
+  set_i64(c.wo_a, "groups", groups);
+  set_width(c.wo_a.getY(), groups * c.rank);
+  c.heads = h;
+  c.groups = groups;
+}
+
+std::string tp_rewrite(mlir::SymbolTable& module, mlir::func::FuncOp f, const TpRank& r) {
+  return Rewriter{module, f, r}.run();
+}
+
+}  // namespace smelt::partition

@@ -1,0 +1,70 @@
+// The cuda backend's own kernels (runtime/cuda/backend.cc), not tied to any op: synthetic weights for
+// `--synthetic-weights SEED` and the `round = "bf16"` attribute every op may carry. No toolkit headers.
+
+typedef unsigned long long u64;
+typedef unsigned int u32;
+
+// splitmix64 of (seed, index): a counter-based generator, so every element is independent of the launch shape.
+__device__ __forceinline__ u64 smelt_mix(u64 seed, u64 i) {
+  u64 z = seed + (i + 1) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Uniform in [-amp, amp) (amp = 0.02 * sqrt(3): standard deviation 0.02, like an initialised model).
+__device__ __forceinline__ float smelt_uniform(u64 seed, u64 i, float amp) {
+  float u = float(smelt_mix(seed, i) >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+  return (2.0f * u - 1.0f) * amp;
+}
+
+extern "C" __global__ void smelt_synth_f32(float* p, u64 n, u64 seed, float amp) {
+  for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+    p[i] = smelt_uniform(seed, i, amp);
+}
+
+// bf16 = the top 16 bits of the float (the values are exact multiples well inside bf16's range).
+extern "C" __global__ void smelt_synth_bf16(unsigned short* p, u64 n, u64 seed, float amp) {
+  for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+    float f = smelt_uniform(seed, i, amp);
+    p[i] = (unsigned short)(__float_as_uint(f) >> 16);
+  }
+}
+
+// Raw bytes: E4M3 codes with exponent field <= 7 (|x| < 2, never NaN), E8M0 scales in [lo, hi] (127 = 2^0),
+// packed FP4 (every nibble is a valid E2M1 code).
+extern "C" __global__ void smelt_synth_e4m3(unsigned char* p, u64 n, u64 seed) {
+  for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+    u32 r = (u32)smelt_mix(seed, i);
+    p[i] = (unsigned char)((r & 0x80u) | (((r >> 8) & 7u) << 3) | ((r >> 16) & 7u));
+  }
+}
+
+extern "C" __global__ void smelt_synth_e8m0(unsigned char* p, u64 n, u64 seed, u32 lo, u32 hi) {
+  for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+    p[i] = (unsigned char)(lo + (u32)(smelt_mix(seed, i) % (u64)(hi - lo + 1)));
+}
+
+extern "C" __global__ void smelt_synth_bytes(unsigned char* p, u64 n, u64 seed) {
+  for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+    p[i] = (unsigned char)smelt_mix(seed, i);
+}
+
+// Integers uniform in [0, range) (range 0: zeros), e.g. a hash-routing table tid2eid.
+extern "C" __global__ void smelt_synth_i32(int* p, u64 n, u64 seed, u32 range) {
+  for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+    p[i] = range ? (int)(smelt_mix(seed, i) % range) : 0;
+}
+
+// x <- bf16(x), round to nearest even; NaN stays NaN (what kernels/bf16.h does on the cpu).
+extern "C" __global__ void smelt_round_bf16(float* x, u64 n) {
+  for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+    u32 u = __float_as_uint(x[i]);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+      x[i] = __uint_as_float((u | 0x00400000u) & 0xffff0000u);
+      continue;
+    }
+    u += 0x7fffu + ((u >> 16) & 1u);
+    x[i] = __uint_as_float(u & 0xffff0000u);
+  }
+}

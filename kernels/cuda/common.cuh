@@ -1,0 +1,242 @@
+// Shared device helpers of the smelt CUDA kernels (compiled by NVRTC with no toolkit header on the include
+// path, so every type and number format is spelled out here with bit operations).
+//
+// Number formats mirror kernels/quant/reference.cc and kernels/bf16.h exactly (RNE, saturation, NaN rules):
+// the quantized paths of the kernels are bit-exact against the cpu reference.
+//
+// Row-count invariance: every kernel computes a row's result with a reduction order fixed by the row's own
+// sizes (K, head_dim, ...), never by how many rows the chunk has, so a row decoded alone equals the same row
+// inside a speculative-verification chunk.
+#pragma once
+
+typedef signed char i8;
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef int i32;
+typedef unsigned int u32;
+typedef long long i64;
+typedef unsigned long long u64;
+
+namespace smelt_dev {
+
+// Per-chunk values in device memory (runtime/cuda/launch.h StepInfo): graphs replay without re-baking p0.
+struct StepInfo {
+  i64 p0;
+  i32 rows;
+  i32 pad;
+};
+
+// Weight element types the float-weight kernels accept (plan DType values of schemas/plan.fbs).
+enum WDType { kF32 = 0, kBF16 = 1, kF16 = 2 };
+
+__device__ __forceinline__ float bf16_to_f32(u16 h) { return __uint_as_float(u32(h) << 16); }
+
+// IEEE half -> float, by bits (no cuda_fp16.h).
+__device__ __forceinline__ float f16_to_f32(u16 h) {
+  const u32 sign = u32(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+  if (e == 0) {
+    const float v = float(m) * 5.9604644775390625e-8f;  // m * 2^-24, exact
+    return sign ? -v : v;
+  }
+  if (e == 31) return __uint_as_float(sign | 0x7f800000u | (m << 13));
+  return __uint_as_float(sign | ((e + 112) << 23) | (m << 13));
+}
+
+// Element i of a float weight of type dt (F32 / BF16 / F16).
+__device__ __forceinline__ float ldw(const void* p, i64 i, int dt) {
+  if (dt == kBF16) return bf16_to_f32(static_cast<const u16*>(p)[i]);
+  if (dt == kF16) return f16_to_f32(static_cast<const u16*>(p)[i]);
+  return static_cast<const float*>(p)[i];
+}
+
+// kernels/bf16.h round_bf16: RNE; NaN stays a quiet NaN with its sign.
+__device__ __forceinline__ float round_bf16(float x) {
+  u32 u = __float_as_uint(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) {
+    u = (u | 0x00400000u) & 0xffff0000u;
+  } else {
+    u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+  }
+  return __uint_as_float(u);
+}
+
+// ---- E4M3 (FN) ---------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ float e4m3_decode(u8 code) {
+  const int e = (code >> 3) & 0xF, m = code & 7;
+  const bool neg = code & 0x80;
+  float v;
+  if (e == 15 && m == 7) return __uint_as_float(0x7fc00000u);
+  if (e == 0) v = float(m) * 0.001953125f;                          // m * 2^-9
+  else v = __uint_as_float(u32(e + 120) << 23) * float(8 + m) * 0.125f;  // (8+m)/8 * 2^(e-7), exact
+  return neg ? -v : v;
+}
+
+// |value| of a finite E4M3 code in units of 2^-9 (exact integer, <= 448 * 512); NaN codes give 0.
+__device__ __forceinline__ i32 e4m3_units(u8 code) {
+  const int e = (code >> 3) & 0xF, m = code & 7;
+  if (e == 15 && m == 7) return 0;
+  const i32 v = e == 0 ? m : (8 + m) << (e - 1);
+  return (code & 0x80) ? -v : v;
+}
+
+// Round to nearest even, saturating to +-448; NaN keeps its sign (0x7F / 0xFF). Every step is exact in float
+// (power-of-two scalings and rintf), as the reference's double steps are.
+__device__ __forceinline__ u8 e4m3_encode(float x) {
+  const u32 bits = __float_as_uint(x);
+  const u8 sign = (bits >> 31) ? 0x80 : 0x00;
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return sign | 0x7F;
+  const float a = __uint_as_float(bits & 0x7fffffffu);
+  if (a >= 448.f) return sign | 0x7E;
+  if (a < 0.015625f) return sign | u8(rintf(a * 512.f));  // subnormals (2^-6 -> code 8)
+  const int e = int((__float_as_uint(a) >> 23) & 0xff) - 127;  // a in [2^e, 2^(e+1))
+  int q = int(rintf(a * __uint_as_float(u32(127 + 3 - e) << 23)));  // in [8, 16]
+  int biased = e + 7;
+  if (q == 16) q = 8, ++biased;
+  const int code = (biased << 3) | (q - 8);
+  return sign | u8(code < 0x7E ? code : 0x7E);
+}
+
+__device__ __forceinline__ float e4m3_round(float x) { return e4m3_decode(e4m3_encode(x)); }
+
+// ---- E8M0 --------------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ float e8m0_decode(u8 e) {
+  if (e == 255) return __uint_as_float(0x7fc00000u);
+  if (e == 0) return __uint_as_float(0x00400000u);  // 2^-127, subnormal
+  return __uint_as_float(u32(e) << 23);
+}
+
+// ---- E2M1 --------------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ float e2m1_decode(u8 nibble) {
+  const int m = nibble & 7;
+  const float v = m < 4 ? 0.5f * float(m) : (m == 4 ? 2.f : (m == 5 ? 3.f : (m == 6 ? 4.f : 6.f)));
+  return (nibble & 8) ? -v : v;
+}
+
+// |value| in units of 0.5 (exact integer <= 12), signed.
+__device__ __forceinline__ i32 e2m1_units(u8 nibble) {
+  const int m = nibble & 7;
+  const i32 v = m < 4 ? m : (m == 4 ? 4 : (m == 5 ? 6 : (m == 6 ? 8 : 12)));
+  return (nibble & 8) ? -v : v;
+}
+
+__device__ __forceinline__ u8 e2m1_encode(float x) {
+  const u32 bits = __float_as_uint(x);
+  const u8 sign = (bits >> 31) ? 0x8 : 0x0;
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return sign | 0x7;
+  const float a = __uint_as_float(bits & 0x7fffffffu);
+  if (a >= 6.f) return sign | 0x7;
+  int code;
+  if (a < 2.f) code = int(rintf(a * 2.f));
+  else if (a < 4.f) code = int(rintf(a)) + 2;
+  else code = int(rintf(a * 0.5f)) + 4;
+  return sign | u8(code);
+}
+
+__device__ __forceinline__ float e2m1_round(float x) { return e2m1_decode(e2m1_encode(x)); }
+
+// 2^ceil(log2(amax * max_inv)) from the fp32 bits of the product (kernels/quant pow2_scale).
+__device__ __forceinline__ float pow2_scale(float amax, float max_inv) {
+  const u32 b = __float_as_uint(__fmul_rn(amax, max_inv));
+  const int e = int((b >> 23) & 0xFF) - 127 + ((b & 0x7FFFFF) != 0 ? 1 : 0);
+  return __uint_as_float(u32(e + 127) << 23);
+}
+
+__device__ __forceinline__ float clampf(float x, float lo, float hi) { return x < lo ? lo : (x > hi ? hi : x); }
+
+// The reference's fake-quant scales (kernels/quant).
+__device__ __forceinline__ float window_kv_scale(float amax) {
+  return pow2_scale(amax > 1e-4f ? amax : 1e-4f, 1.f / 448.f);
+}
+__device__ __forceinline__ float compressed_kv_scale(float amax) {
+  const float floor6 = 6.f * 0.001953125f;
+  return e4m3_round(__fdiv_rn(amax > floor6 ? amax : floor6, 6.f));
+}
+__device__ __forceinline__ float index_scale(float amax) {
+  const float floor6 = 6.f * 1.1754943508222875e-38f;  // 6 * 2^-126
+  return pow2_scale(amax > floor6 ? amax : floor6, 1.f / 6.f);
+}
+__device__ __forceinline__ float qdq_e4m3(float x, float s) {
+  return __fmul_rn(e4m3_round(clampf(__fdiv_rn(x, s), -448.f, 448.f)), s);
+}
+__device__ __forceinline__ float qdq_e2m1(float x, float s) {
+  return __fmul_rn(e2m1_round(clampf(__fdiv_rn(x, s), -6.f, 6.f)), s);
+}
+
+// ---- math ----------------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ float sigmoidf_(float x) { return __fdiv_rn(1.f, 1.f + expf(-x)); }
+__device__ __forceinline__ float siluf_(float x) { return __fdiv_rn(x, 1.f + expf(-x)); }
+__device__ __forceinline__ float softplusf_(float x) { return x > 20.f ? x : log1pf(expf(x)); }
+
+// Sum over a warp with a fixed butterfly order (same result in every lane).
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o >= 1; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ double warp_sum_d(double v) {
+  for (int o = 16; o >= 1; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o >= 1; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Block-wide sum (blockDim.x a multiple of 32, <= 1024): warp sums, then warp 0 folds them in warp order.
+// `red` is >= 32 floats of shared memory. Every thread gets the result.
+__device__ __forceinline__ float block_sum(float v, float* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float s = lane < nw ? red[lane] : 0.f;
+    s = warp_sum(s);
+    if (lane == 0) red[0] = s;
+  }
+  __syncthreads();
+  return red[0];
+}
+__device__ __forceinline__ double block_sum_d(double v, double* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = warp_sum_d(v);
+  __syncthreads();
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    double s = lane < nw ? red[lane] : 0.0;
+    s = warp_sum_d(s);
+    if (lane == 0) red[0] = s;
+  }
+  __syncthreads();
+  return red[0];
+}
+__device__ __forceinline__ float block_max(float v, float* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float s = lane < nw ? red[lane] : -__int_as_float(0x7f800000);
+    s = warp_max(s);
+    if (lane == 0) red[0] = s;
+  }
+  __syncthreads();
+  return red[0];
+}
+
+// 1 / sqrt(mean(x^2) + eps) where the mean is accumulated in double (kernels/common.h mean_square rounds the
+// double sum once to float; the summation order differs but a double sum of <= 2^20 float squares rounds to
+// the same float almost always).
+__device__ __forceinline__ float rms_scale_from(double sumsq, int n, float eps) {
+  const float ms = float(sumsq / double(n));
+  return __fdiv_rn(1.f, __fsqrt_rn(ms + eps));
+}
+
+}  // namespace smelt_dev

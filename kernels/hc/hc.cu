@@ -1,0 +1,147 @@
+// Manifold-constrained hyper-connections (kernels/hc/reference.h): hc_init, hc_mix (+ Sinkhorn), hc_collapse,
+// hc_expand, hc_head, hc_mean. Elementwise parts use explicit _rn operations in the reference's order, so
+// they are bit-exact; the mix projections are dot products (fp32 for V4, double for V4.1's dot_exact).
+#include "kernels/cuda/common.cuh"
+
+using namespace smelt_dev;
+
+// X[r, k, :] = x[r, :] for k < n. grid (ceil(D/256), rows, n), block 256.
+extern "C" __global__ void smelt_hc_init(const float* x, float* X, int D) {
+  const i64 r = blockIdx.y, k = blockIdx.z, n = gridDim.z;
+  const int d = blockIdx.x * blockDim.x + threadIdx.x;
+  if (d < D) X[(r * n + k) * D + d] = x[r * D + d];
+}
+
+// Mix logits m[r, o] of one row and one output o (block (o, r), 256 threads):
+//   v4:  m = fn[o] . (z * rsqrt(mean z^2 + eps))   (normalise first, fp32 dot)
+//   v41: m = (fn[o] . z) * rsqrt(mean z^2 + eps)   (project first, double dot = the reference's dot_exact)
+// The fixed split (block-stride over len, then a fixed block reduction) depends only on len.
+extern "C" __global__ void smelt_hc_mix_logits(const float* X, int len, const void* fn, int fdt, float norm_eps,
+                                               int v41, float* m) {
+  __shared__ double redd[32];
+  __shared__ float redf[32];
+  const int o = blockIdx.x, outs = gridDim.x;
+  const i64 r = blockIdx.y;
+  const float* z = X + r * len;
+  double sq = 0.0;
+  for (int i = threadIdx.x; i < len; i += blockDim.x) sq += double(z[i]) * double(z[i]);
+  sq = block_sum_d(sq, redd);
+  const float rs = rms_scale_from(sq, len, norm_eps);
+  if (v41) {
+    double d = 0.0;
+    for (int i = threadIdx.x; i < len; i += blockDim.x) d += double(z[i]) * double(ldw(fn, i64(o) * len + i, fdt));
+    d = block_sum_d(d, redd);
+    if (threadIdx.x == 0) m[r * outs + o] = __fmul_rn(float(d), rs);
+  } else {
+    float d = 0.f;
+    for (int i = threadIdx.x; i < len; i += blockDim.x) d = fmaf(__fmul_rn(z[i], rs), ldw(fn, i64(o) * len + i, fdt), d);
+    d = block_sum(d, redf);
+    if (threadIdx.x == 0) m[r * outs + o] = d;
+  }
+}
+
+namespace {
+
+__device__ float wload(const void* p, int i, int dt) { return ldw(p, i, dt); }
+
+}  // namespace
+
+// pre / post / Sinkhorn comb of each row from its (2+n)*n logits (reference split_sinkhorn, same op order).
+// One thread per row: grid (ceil(rows/32)), block 32. n <= 8.
+extern "C" __global__ void smelt_hc_sinkhorn(const float* m_all, int rows, int n, const void* base, int bdt,
+                                             const void* scale, int sdt, int iters, float hc_eps, float* pre,
+                                             float* post, float* comb) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  const int outs = (2 + n) * n;
+  const float* m = m_all + i64(r) * outs;
+  const float s0 = wload(scale, 0, sdt), s1 = wload(scale, 1, sdt), s2 = wload(scale, 2, sdt);
+  float* pr = pre + i64(r) * n;
+  float* po = post + i64(r) * n;
+  float* c = comb + i64(r) * n * n;
+  for (int i = 0; i < n; ++i) {
+    pr[i] = __fadd_rn(sigmoidf_(__fadd_rn(__fmul_rn(m[i], s0), wload(base, i, bdt))), hc_eps);
+    po[i] = __fmul_rn(2.0f, sigmoidf_(__fadd_rn(__fmul_rn(m[n + i], s1), wload(base, n + i, bdt))));
+  }
+  for (int a = 0; a < n; ++a) {
+    float* row = c + a * n;
+    for (int k = 0; k < n; ++k)
+      row[k] = __fadd_rn(__fmul_rn(m[2 * n + a * n + k], s2), wload(base, 2 * n + a * n + k, bdt));
+    float mx = row[0];
+    for (int k = 1; k < n; ++k) mx = fmaxf(mx, row[k]);
+    float sum = 0.f;
+    for (int k = 0; k < n; ++k) {
+      row[k] = expf(__fsub_rn(row[k], mx));
+      sum = __fadd_rn(sum, row[k]);
+    }
+    for (int k = 0; k < n; ++k) row[k] = __fadd_rn(__fdiv_rn(row[k], sum), hc_eps);
+  }
+  float colsum[8];
+  for (int it = 0; it < (iters > 1 ? iters : 1); ++it) {  // one column pass at least, as the reference
+    if (it > 0)
+      for (int a = 0; a < n; ++a) {
+        float s = 0.f;
+        for (int k = 0; k < n; ++k) s = __fadd_rn(s, c[a * n + k]);
+        for (int k = 0; k < n; ++k) c[a * n + k] = __fdiv_rn(c[a * n + k], __fadd_rn(s, hc_eps));
+      }
+    for (int k = 0; k < n; ++k) colsum[k] = 0.f;
+    for (int a = 0; a < n; ++a)
+      for (int k = 0; k < n; ++k) colsum[k] = __fadd_rn(colsum[k], c[a * n + k]);
+    for (int a = 0; a < n; ++a)
+      for (int k = 0; k < n; ++k) c[a * n + k] = __fdiv_rn(c[a * n + k], __fadd_rn(colsum[k], hc_eps));
+  }
+}
+
+// u[r, d] = sum_c pre[r, c] * X[r, c, d] in copy order (pre == nullptr: copy 0). grid (ceil(D/256), rows).
+extern "C" __global__ void smelt_hc_collapse(const float* X, const float* pre, int n, int D, float* u) {
+  const i64 r = blockIdx.y;
+  const int d = blockIdx.x * blockDim.x + threadIdx.x;
+  if (d >= D) return;
+  const float* x = X + r * n * D;
+  if (!pre) {
+    u[r * D + d] = x[d];
+    return;
+  }
+  float s = 0.f;
+  for (int c = 0; c < n; ++c) s = __fadd_rn(s, __fmul_rn(pre[r * n + c], x[i64(c) * D + d]));
+  u[r * D + d] = s;
+}
+
+// hc_head's collapse: pre[c] = sigmoid(m[c] * scale[0] + base[c]) + hc_eps from the n logits, then collapse.
+extern "C" __global__ void smelt_hc_head_collapse(const float* X, const float* m, int n, int D, const void* base,
+                                                  int bdt, const void* scale, int sdt, float hc_eps, float* out) {
+  const i64 r = blockIdx.y;
+  const int d = blockIdx.x * blockDim.x + threadIdx.x;
+  if (d >= D) return;
+  const float s0 = wload(scale, 0, sdt);
+  const float* x = X + r * n * D;
+  float s = 0.f;
+  for (int c = 0; c < n; ++c) {
+    const float p = __fadd_rn(sigmoidf_(__fadd_rn(__fmul_rn(m[r * n + c], s0), wload(base, c, bdt))), hc_eps);
+    s = __fadd_rn(s, __fmul_rn(p, x[i64(c) * D + d]));
+  }
+  out[r * D + d] = s;
+}
+
+// out[r, k, d] = post[r, k] * y[r, d] + sum_a comb[r, a*n + k] * X[r, a, d]. grid (ceil(D/256), rows, n).
+extern "C" __global__ void smelt_hc_expand(const float* X, const float* y, const float* post, const float* comb, int D,
+                                           float* out) {
+  const i64 r = blockIdx.y, k = blockIdx.z, n = gridDim.z;
+  const int d = blockIdx.x * blockDim.x + threadIdx.x;
+  if (d >= D) return;
+  const float* x = X + r * n * D;
+  const float* c = comb + r * n * n;
+  float s = 0.f;
+  for (int a = 0; a < n; ++a) s = __fadd_rn(s, __fmul_rn(c[a * n + k], x[i64(a) * D + d]));
+  out[(r * n + k) * D + d] = __fadd_rn(__fmul_rn(post[r * n + k], y[r * D + d]), s);
+}
+
+// m[r, d] = bf16(sum_c X[r, c, d] / n). grid (ceil(D/256), rows).
+extern "C" __global__ void smelt_hc_mean(const float* X, int n, int D, float* m) {
+  const i64 r = blockIdx.y;
+  const int d = blockIdx.x * blockDim.x + threadIdx.x;
+  if (d >= D) return;
+  float s = 0.f;
+  for (int c = 0; c < n; ++c) s = __fadd_rn(s, X[(r * n + c) * D + d]);
+  m[r * D + d] = round_bf16(__fdiv_rn(s, float(n)));
+}

@@ -1,0 +1,211 @@
+// Lightning indexer (kernels/indexer/reference.h): scoring of the visible index-pool entries and exact top-k.
+//
+// smelt_indexer_scores / smelt_indexer_v41_scores: one warp per (row, entry), heads summed in head order, write
+// scores [T, S] (S = the pool's rows; entries past the row's visible count are not written).
+// smelt_indexer_topk: one block per row selects the min(topk, visible) best entries by (score desc, index asc)
+// with a 64-bit radix select over key = (ordered score bits, ~index), so the result is exact and independent
+// of thread timing; V4 emits them best first, V4.1 ascending by index; -1 padding.
+#include "kernels/cuda/common.cuh"
+
+using namespace smelt_dev;
+
+namespace {
+
+constexpr int kMaxSel = 2048;  // topk and candidate_blocks upper bound
+
+__device__ __forceinline__ u32 order_bits(float s) {
+  if (s != s) s = -__int_as_float(0x7f800000);  // NaN ranks last, as the reference
+  if (s == 0.f) s = 0.f;                        // -0 == +0 in the reference's comparisons
+  const u32 u = __float_as_uint(s);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ u64 sel_key(float s, i64 j) { return (u64(order_bits(s)) << 32) | u64(0xffffffffu - u32(j)); }
+
+// Selects the `keep` largest keys among n (keys from get(j)); writes them to list[0 .. keep) in no particular
+// order. Block-wide; hist is 256 ints of shared memory.
+template <class Get>
+__device__ void radix_select(int n, int keep, Get get, u64* list, int* hist, int* count) {
+  u64 prefix = 0, mask = 0;
+  int need = keep;
+  for (int shift = 56; shift >= 0 && keep > 0; shift -= 8) {
+    for (int d = threadIdx.x; d < 256; d += blockDim.x) hist[d] = 0;
+    __syncthreads();
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+      const u64 k = get(j);
+      if ((k & mask) == prefix) atomicAdd(&hist[(k >> shift) & 255], 1);
+    }
+    __syncthreads();
+    int digit = 0;
+    bool exact = false;
+    for (int d = 255; d >= 0; --d) {
+      const int c = hist[d];
+      if (c < need) {
+        need -= c;
+        continue;
+      }
+      digit = d;
+      exact = c == need;
+      break;
+    }
+    prefix |= u64(digit) << shift;
+    mask |= u64(255) << shift;
+    __syncthreads();
+    if (exact) break;
+  }
+  if (threadIdx.x == 0) *count = 0;
+  __syncthreads();
+  if (keep > 0)
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+      const u64 k = get(j);
+      if ((k & mask) >= prefix) list[atomicAdd(count, 1)] = k;
+    }
+  __syncthreads();
+}
+
+// Bitonic sort of list[0 .. n) (padded to a power of two with `pad`), descending when desc.
+__device__ void bitonic(u64* list, int n, bool desc, u64 pad) {
+  int m = 1;
+  while (m < n) m <<= 1;
+  for (int i = n + threadIdx.x; i < m; i += blockDim.x) list[i] = pad;
+  __syncthreads();
+  for (int size = 2; size <= m; size <<= 1)
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      for (int i = threadIdx.x; i < m; i += blockDim.x) {
+        const int partner = i ^ stride;
+        if (partner > i) {
+          const bool up = ((i & size) == 0) == desc;  // this pair sorted descending?
+          const u64 a = list[i], b = list[partner];
+          if (up ? a < b : a > b) list[i] = b, list[partner] = a;
+        }
+      }
+      __syncthreads();
+    }
+}
+
+}  // namespace
+
+// V4: score(j) = sum_h relu(q_h . k_j) * hd^-0.5 * (w_h * H^-0.5). grid (ceil(S / 8), T), block 256,
+// dynamic shared memory H*hd floats (the row's queries).
+extern "C" __global__ void smelt_indexer_scores(const float* q, const float* w, const float* keys, i64 S,
+                                                const StepInfo* step, int H, int hd, int ratio, float score_scale,
+                                                float weight_scale, float* scores) {
+  extern __shared__ float qs[];
+  const i64 i = blockIdx.y;
+  const i64 visible = (step->p0 + i + 1) / ratio;
+  for (int c = threadIdx.x; c < H * hd; c += blockDim.x) qs[c] = q[i * H * hd + c];
+  __syncthreads();
+  const i64 j = i64(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
+  if (j >= visible || j >= S) return;
+  const int lane = threadIdx.x & 31;
+  const float* k = keys + j * hd;
+  float s = 0.f;
+  for (int h = 0; h < H; ++h) {
+    float d = 0.f;
+    for (int c = lane; c < hd; c += 32) d = fmaf(qs[h * hd + c], k[c], d);
+    d = warp_sum(d);
+    s = __fadd_rn(s, __fmul_rn(__fmul_rn(fmaxf(d, 0.f), score_scale), __fmul_rn(w[i * H + h], weight_scale)));
+  }
+  if (lane == 0) scores[i * S + j] = s;
+}
+
+// V4.1: score(j) = bf16(sum_h bf16(relu(bf16(q_h . k_j)) * w_h)) (rb = 0: no roundings). Same launch.
+extern "C" __global__ void smelt_indexer_v41_scores(const float* q, const float* w, const float* keys, i64 S,
+                                                    const StepInfo* step, int H, int hd, int ratio, int rb,
+                                                    float* scores) {
+  extern __shared__ float qs[];
+  const i64 i = blockIdx.y;
+  const i64 visible = (step->p0 + i + 1) / ratio;
+  for (int c = threadIdx.x; c < H * hd; c += blockDim.x) qs[c] = q[i * H * hd + c];
+  __syncthreads();
+  const i64 j = i64(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
+  if (j >= visible || j >= S) return;
+  const int lane = threadIdx.x & 31;
+  const float* k = keys + j * hd;
+  float s = 0.f;
+  for (int h = 0; h < H; ++h) {
+    double d = 0.0;
+    for (int c = lane; c < hd; c += 32) d += double(qs[h * hd + c]) * double(k[c]);
+    float qk = float(warp_sum_d(d));
+    if (rb) qk = round_bf16(qk);
+    float t = __fmul_rn(fmaxf(qk, 0.f), w[i * H + h]);
+    s = __fadd_rn(s, rb ? round_bf16(t) : t);
+  }
+  if (lane == 0) scores[i * S + j] = rb ? round_bf16(s) : s;
+}
+
+// V4.1 candidate source: block b's score = max over its bs entries, the newest visible entry's block forced
+// to +inf; the best min(CB, blocks) blocks with score > -inf, ascending, -1 padded -> cand_out [T, CB].
+// grid (T), block 1024.
+extern "C" __global__ void smelt_indexer_candidates(const float* scores, i64 S, const StepInfo* step, int ratio, int bs,
+                                                    int CB, i32* cand_out) {
+  __shared__ u64 list[kMaxSel];
+  __shared__ int hist[256];
+  __shared__ int count;
+  const i64 i = blockIdx.x;
+  i64 visible = (step->p0 + i + 1) / ratio;
+  if (visible > S) visible = S;
+  const int nb = int((visible + bs - 1) / bs);
+  const float* sc = scores + i * S;
+  auto block_score = [&](int b) {
+    if (b == nb - 1) return __int_as_float(0x7f800000);
+    float m = -__int_as_float(0x7f800000);
+    for (i64 j = i64(b) * bs; j < i64(b + 1) * bs && j < visible; ++j) m = fmaxf(m, sc[j]);
+    return m;
+  };
+  const int keep = CB < nb ? CB : nb;
+  radix_select(nb, keep, [&](int b) { return sel_key(block_score(b), b); }, list, hist, &count);
+  // Ascending block ids of the kept blocks whose score is > -inf.
+  for (int t = threadIdx.x; t < keep; t += blockDim.x) {
+    const u64 k = list[t];
+    const bool finite = u32(k >> 32) != order_bits(-__int_as_float(0x7f800000));
+    list[t] = finite ? u64(0xffffffffu - u32(k)) : ~0ull;
+  }
+  __syncthreads();
+  bitonic(list, keep, false, ~0ull);
+  i32* out = cand_out + i * CB;
+  for (int t = threadIdx.x; t < CB; t += blockDim.x) out[t] = (t < keep && list[t] != ~0ull) ? i32(list[t]) : -1;
+}
+
+// Top-k over scores [T, S]: the k = min(topk, visible) best entries; v41: ascending by index, else best first.
+// cand_in [T, CB] (V4.1 consumer, or nullptr): entries outside the listed blocks score -inf.
+// grid (T), block 1024.
+extern "C" __global__ void smelt_indexer_topk(const float* scores, i64 S, const StepInfo* step, int ratio, int topk,
+                                              int v41, const i32* cand_in, int CB, int bs, i32* idx) {
+  __shared__ u64 list[kMaxSel];
+  __shared__ int hist[256];
+  __shared__ int count;
+  __shared__ u32 allowed[2048];  // bitmap of candidate blocks (65536 blocks)
+  const i64 i = blockIdx.x;
+  i64 visible = (step->p0 + i + 1) / ratio;
+  if (visible > S) visible = S;
+  const float* sc = scores + i * S;
+  if (cand_in) {
+    for (int t = threadIdx.x; t < 2048; t += blockDim.x) allowed[t] = 0;
+    __syncthreads();
+    for (int t = threadIdx.x; t < CB; t += blockDim.x) {
+      const i32 b = cand_in[i * CB + t];
+      if (b >= 0 && b < 65536) atomicOr(&allowed[b >> 5], 1u << (b & 31));
+    }
+    __syncthreads();
+  }
+  auto get = [&](int j) {
+    float s = sc[j];
+    if (cand_in) {
+      const int b = j / bs;
+      if (b >= 65536 || !(allowed[b >> 5] & (1u << (b & 31)))) s = -__int_as_float(0x7f800000);
+    }
+    return sel_key(s, j);
+  };
+  const int keep = int(topk < visible ? topk : visible);
+  radix_select(int(visible), keep, get, list, hist, &count);
+  if (v41) {
+    for (int t = threadIdx.x; t < keep; t += blockDim.x) list[t] = u64(0xffffffffu - u32(list[t]));
+    __syncthreads();
+    bitonic(list, keep, false, ~0ull);
+  } else {
+    bitonic(list, keep, true, 0ull);
+  }
+  i32* out = idx + i * topk;
+  for (int t = threadIdx.x; t < topk; t += blockDim.x)
+    out[t] = t < keep ? (v41 ? i32(list[t]) : i32(0xffffffffu - u32(list[t]))) : -1;
+}

@@ -1,0 +1,231 @@
+// Mixture of experts (kernels/moe/reference.h): routing, and the expert FFNs read only for the selected
+// experts, as per-(row, slot) GEMVs (smelt.moe_experts; smelt.swiglu_mlp is the one-expert case).
+//
+// Expert weights are addressed through ExpertW: either one table of device addresses (6 per expert: w1, w1
+// scale, w2, w2 scale, w3, w3 scale, written by smelt_write_u64) or base + e * stride when the backend holds
+// the experts' tensors evenly spaced. Row-count invariance: each (row, slot) is computed alone, and the
+// combine sums a row's slots in ascending expert order (the reference's order).
+#include "kernels/linear/gemv.cuh"
+
+using namespace smelt_dev;
+
+struct ExpertW {
+  u64 base[6];
+  i64 stride[6];
+  const u64* table;  // [n_experts * 6] or nullptr
+};
+
+namespace {
+
+__device__ __forceinline__ const u8* eptr(const ExpertW& w, int e, int j) {
+  return reinterpret_cast<const u8*>(w.table ? w.table[i64(e) * 6 + j] : w.base[j] + u64(e) * u64(w.stride[j]));
+}
+
+__device__ __forceinline__ float swiglu(float g, float u, float limit) {
+  if (limit > 0.f) {
+    g = g > limit ? limit : g;
+    u = u > limit ? limit : (u < -limit ? -limit : u);
+  }
+  return __fmul_rn(siluf_(g), u);
+}
+
+// Expert of slot rt (idx == nullptr: the shared expert, 0); -1 when the index is out of range.
+__device__ __forceinline__ int expert_of(const i32* idx, i64 rt, int n_experts) {
+  if (!idx) return 0;
+  const int e = idx[rt];
+  return e >= 0 && e < n_experts ? e : -1;
+}
+
+// V4 up: h[rt, f] = silu(min(x w1^T, l)) * clamp(x w3^T, -l, l). grid (ceil(F/8), rows*topk), block 256.
+template <int FMT>
+__device__ void up_body(const float* x, int D, int F, int topk, const i32* idx, int n_experts, ExpertW w, int blk,
+                        float limit, float* h) {
+  const int f = blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
+  if (f >= F) return;
+  const i64 rt = blockIdx.y, r = rt / topk;
+  const int e = expert_of(idx, rt, n_experts);
+  float g = 0.f, u = 0.f;
+  if (e >= 0) {
+    dot_rows<FMT, 1>(x + r * D, D, 1, eptr(w, e, 0), eptr(w, e, 1), f, D, blk, &g);
+    dot_rows<FMT, 1>(x + r * D, D, 1, eptr(w, e, 4), eptr(w, e, 5), f, D, blk, &u);
+  }
+  if ((threadIdx.x & 31) == 0) h[rt * F + f] = e >= 0 ? swiglu(g, u, limit) : 0.f;
+}
+
+// V4 down: out[rt, d] = h[rt] . w2[d]. grid (ceil(D/8), rows*topk), block 256.
+template <int FMT>
+__device__ void down_body(const float* h, int D, int F, int topk, const i32* idx, int n_experts, ExpertW w, int blk,
+                          float* out) {
+  const int d = blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
+  if (d >= D) return;
+  const i64 rt = blockIdx.y;
+  const int e = expert_of(idx, rt, n_experts);
+  float y = 0.f;
+  if (e >= 0) dot_rows<FMT, 1>(h + rt * F, F, 1, eptr(w, e, 2), eptr(w, e, 3), d, F, blk, &y);
+  if ((threadIdx.x & 31) == 0) out[rt * D + d] = y;
+}
+
+// V4.1 up (act quant, exact GEMMs): g = bf16(x w1^T), u = bf16(x w3^T), clamps, a = silu(g) * u in fp32,
+// times the routing weight (when given), bf16. xu / xs: act_quant of x [rows, D].
+template <bool FP4>
+__device__ void up_aq_body(const i32* xu, const float* xs, int D, int F, int topk, const i32* idx, int n_experts,
+                           const float* rw, ExpertW w, int blk, float limit, int rb, float* h) {
+  const int f = blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
+  if (f >= F) return;
+  const i64 rt = blockIdx.y, r = rt / topk;
+  const int e = expert_of(idx, rt, n_experts);
+  float g = 0.f, u = 0.f;
+  const int nb = D / 32;
+  if (e >= 0) {
+    dot_rows_aq<FP4, 1>(xu + r * D, D, xs + r * nb, nb, 1, eptr(w, e, 0), eptr(w, e, 1), f, D, blk, &g);
+    dot_rows_aq<FP4, 1>(xu + r * D, D, xs + r * nb, nb, 1, eptr(w, e, 4), eptr(w, e, 5), f, D, blk, &u);
+  }
+  if ((threadIdx.x & 31) != 0) return;
+  if (e < 0) {
+    h[rt * F + f] = 0.f;
+    return;
+  }
+  if (rb) g = round_bf16(g), u = round_bf16(u);
+  if (limit > 0.f) {
+    u = clampf(u, -limit, limit);
+    g = g < limit ? g : limit;
+  }
+  float a = __fmul_rn(siluf_(g), u);
+  if (rw) a = __fmul_rn(rw[rt], a);
+  h[rt * F + f] = rb ? round_bf16(a) : a;
+}
+
+// V4.1 down: out[rt, d] = bf16(act_quant(h[rt]) . w2[d]) (hu / hs: act_quant of h [rows*topk, F]).
+template <bool FP4>
+__device__ void down_aq_body(const i32* hu, const float* hs, int D, int F, int topk, const i32* idx, int n_experts,
+                             ExpertW w, int blk, int rb, float* out) {
+  const int d = blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
+  if (d >= D) return;
+  const i64 rt = blockIdx.y;
+  const int e = expert_of(idx, rt, n_experts);
+  const int nb = F / 32;
+  float y = 0.f;
+  if (e >= 0) dot_rows_aq<FP4, 1>(hu + rt * F, F, hs + rt * nb, nb, 1, eptr(w, e, 2), eptr(w, e, 3), d, F, blk, &y);
+  if ((threadIdx.x & 31) == 0) out[rt * D + d] = (rb && e >= 0) ? round_bf16(y) : y;
+}
+
+}  // namespace
+
+#define SMELT_MOE_FMT(NAME, FMT)                                                                                    \
+  extern "C" __global__ void smelt_moe_up_##NAME(const float* x, int D, int F, int topk, const i32* idx,            \
+                                                 int n_experts, ExpertW w, int blk, float limit, float* h) {        \
+    up_body<FMT>(x, D, F, topk, idx, n_experts, w, blk, limit, h);                                                  \
+  }                                                                                                                 \
+  extern "C" __global__ void smelt_moe_down_##NAME(const float* h, int D, int F, int topk, const i32* idx,          \
+                                                   int n_experts, ExpertW w, int blk, float* out) {                 \
+    down_body<FMT>(h, D, F, topk, idx, n_experts, w, blk, out);                                                     \
+  }
+SMELT_MOE_FMT(f32, kWF32)
+SMELT_MOE_FMT(bf16, kWBF16)
+SMELT_MOE_FMT(f16, kWF16)
+SMELT_MOE_FMT(fp8, kWFP8)
+SMELT_MOE_FMT(fp4, kWFP4)
+
+#define SMELT_MOE_AQ(NAME, FP4)                                                                                     \
+  extern "C" __global__ void smelt_moe_up_##NAME##_aq(const i32* xu, const float* xs, int D, int F, int topk,       \
+                                                      const i32* idx, int n_experts, const float* rw, ExpertW w,    \
+                                                      int blk, float limit, int rb, float* h) {                     \
+    up_aq_body<FP4>(xu, xs, D, F, topk, idx, n_experts, rw, w, blk, limit, rb, h);                                  \
+  }                                                                                                                 \
+  extern "C" __global__ void smelt_moe_down_##NAME##_aq(const i32* hu, const float* hs, int D, int F, int topk,     \
+                                                        const i32* idx, int n_experts, ExpertW w, int blk, int rb,  \
+                                                        float* out) {                                               \
+    down_aq_body<FP4>(hu, hs, D, F, topk, idx, n_experts, w, blk, rb, out);                                         \
+  }
+SMELT_MOE_AQ(fp8, false)
+SMELT_MOE_AQ(fp4, true)
+
+// y[r, d] = sum over the row's slots in ascending expert order of out[rt, d] (* rw[rt] when weighted, V4).
+// Slots with an invalid expert are skipped. grid (ceil(D/256), rows), block 256. topk <= 32.
+extern "C" __global__ void smelt_moe_combine(const float* out, const float* rw, const i32* idx, int topk,
+                                             int n_experts, int D, int weighted, float* y) {
+  const i64 r = blockIdx.y;
+  const int d = blockIdx.x * blockDim.x + threadIdx.x;
+  if (d >= D) return;
+  float s = 0.f;
+  int last = -1;
+  for (int n = 0; n < topk; ++n) {  // the next larger expert id each time: ascending order, duplicates once
+    int best = -1, bt = -1;
+    for (int t = 0; t < topk; ++t) {
+      const int e = idx[r * topk + t];
+      if (e > last && e < n_experts && (best < 0 || e < best)) best = e, bt = t;
+    }
+    if (best < 0) break;
+    last = best;
+    const float v = out[(r * topk + bt) * D + d];
+    s = __fadd_rn(s, weighted ? __fmul_rn(v, rw[r * topk + bt]) : v);
+  }
+  y[r * D + d] = s;
+}
+
+// Routing (reference moe_route). One block of 256 threads per row; dynamic shared memory 2 * E floats.
+// gate [E, D] (dtype gdt), bias [E] or nullptr, tid2eid [V, K] (i32, or i64 when t64) or nullptr.
+// scoring: 0 sqrtsoftplus, 1 softmax, 2 sigmoid.
+extern "C" __global__ void smelt_moe_route(const float* x, int D, const void* gate, int gdt, int E, const void* bias,
+                                           int bdt, const void* tid2eid, int t64, i64 vocab, const i32* ids, int K,
+                                           int scoring, int norm_topk_prob, float route_scale, float gate_temp,
+                                           float* weights, i32* idx) {
+  extern __shared__ float sh[];
+  float* s = sh;
+  float* sel = sh + E;
+  const i64 r = blockIdx.x;
+  const float* xr = x + r * D;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  for (int e = warp; e < E; e += nw) {
+    float d = 0.f;
+    for (int c = lane; c < D; c += 32) d = fmaf(xr[c], ldw(gate, i64(e) * D + c, gdt), d);
+    d = warp_sum(d);
+    if (lane == 0) s[e] = d;
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  for (int e = 0; e < E; ++e) {
+    float v = s[e];
+    if (gate_temp != 1.f) v = __fdiv_rn(v, gate_temp);
+    if (scoring == 0) v = __fsqrt_rn(softplusf_(v));
+    else if (scoring == 2) v = sigmoidf_(v);
+    s[e] = v;
+  }
+  if (scoring == 1) {
+    float mx = s[0], sum = 0.f;
+    for (int e = 1; e < E; ++e) mx = fmaxf(mx, s[e]);
+    for (int e = 0; e < E; ++e) sum = __fadd_rn(sum, s[e] = expf(__fsub_rn(s[e], mx)));
+    for (int e = 0; e < E; ++e) s[e] = __fdiv_rn(s[e], sum);
+  }
+  i32* ri = idx + r * K;
+  float* rwt = weights + r * K;
+  if (tid2eid) {
+    const i64 id = ids[r];
+    for (int t = 0; t < K; ++t) {
+      i64 e = -1;
+      if (id >= 0 && id < vocab)
+        e = t64 ? static_cast<const i64*>(tid2eid)[id * K + t] : static_cast<const i32*>(tid2eid)[id * K + t];
+      ri[t] = (e >= 0 && e < E) ? i32(e) : -1;
+    }
+  } else {
+    for (int e = 0; e < E; ++e) sel[e] = bias ? __fadd_rn(s[e], ldw(bias, e, bdt)) : s[e];
+    for (int t = 0; t < K; ++t) {  // best remaining: larger value, equal values the lower expert
+      int best = -1;
+      for (int e = 0; e < E; ++e) {
+        bool taken = false;
+        for (int u = 0; u < t; ++u) taken |= ri[u] == e;
+        if (!taken && (best < 0 || sel[e] > sel[best])) best = e;
+      }
+      ri[t] = best;
+    }
+  }
+  float sum = 0.f;
+  for (int t = 0; t < K; ++t) {
+    rwt[t] = ri[t] >= 0 ? s[ri[t]] : 0.f;
+    sum = __fadd_rn(sum, rwt[t]);
+  }
+  for (int t = 0; t < K; ++t) {
+    if (norm_topk_prob) rwt[t] = __fdiv_rn(rwt[t], __fadd_rn(sum, 1e-20f));
+    rwt[t] = __fmul_rn(rwt[t], route_scale);
+  }
+}

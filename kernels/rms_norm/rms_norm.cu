@@ -1,0 +1,21 @@
+// smelt.rms_norm: each of the `groups` segments of a row is normalised on its own, y = w * (x * r) with
+// r = 1 / sqrt(mean(x^2) + eps), mean accumulated in double (kernels/rms_norm reference). x may alias y.
+// grid (rows * groups), block 256 (any multiple of 32).
+#include "kernels/cuda/common.cuh"
+
+using namespace smelt_dev;
+
+extern "C" __global__ void smelt_rms_norm(const float* x, float* y, const void* w, int wdt, int len, float eps) {
+  __shared__ double red[32];
+  const i64 s = blockIdx.x;
+  const float* xs = x + s * len;
+  float* ys = y + s * len;
+  double sq = 0.0;
+  for (int i = threadIdx.x; i < len; i += blockDim.x) sq += double(xs[i]) * double(xs[i]);
+  sq = block_sum_d(sq, red);
+  const float r = rms_scale_from(sq, len, eps);
+  for (int i = threadIdx.x; i < len; i += blockDim.x) {
+    const float v = __fmul_rn(xs[i], r);
+    ys[i] = w ? __fmul_rn(ldw(w, i, wdt), v) : v;
+  }
+}

@@ -1,0 +1,388 @@
+#include "runtime/cuda/backend.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+
+namespace smelt::runtime::cuda {
+
+namespace fb = smelt::plan;
+
+namespace {
+
+uint64_t align256(uint64_t n) { return (n + 255) / 256 * 256; }
+
+std::string gib(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", double(bytes) / double(1ull << 30));
+  return buf;
+}
+
+bool env_off(const char* name) {
+  const char* v = std::getenv(name);
+  return v && std::string(v) == "0";
+}
+
+bool env_on(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v && std::string(v) != "0";
+}
+
+int arch_num(const std::string& arch) {  // sm_90 -> 90, or -1
+  if (arch.rfind("sm_", 0) != 0) return -1;
+  std::string d = arch.substr(3);
+  if (d.empty() || d.size() > 4 || d.find_first_not_of("0123456789") != std::string::npos) return -1;
+  return std::stoi(d);
+}
+
+}  // namespace
+
+std::string choose_arch(const Plan& plan, const std::string& gpu_name, int major, int minor) {
+  std::set<int> have;
+  const auto* kernels = plan.fb().kernels();
+  if (kernels)
+    for (const auto* k : *kernels)
+      if (k->format() && k->format()->str() == "cubin" && k->arch() && arch_num(k->arch()->str()) > 0)
+        have.insert(arch_num(k->arch()->str()));
+  const int want = major * 10 + minor;
+  const std::string gpu_arch = "sm_" + std::to_string(want);
+  const std::string hint = "compile with --target " + gpu_arch + (want == 90 ? " or h200" : "");
+  if (have.empty()) {
+    const auto* t = plan.fb().target();
+    throw Error(plan.path() + ": this plan has no GPU kernels (compiled for --target " + (t ? t->str() : "cpu") +
+                "): " + hint + ", or run it with --backend cpu");
+  }
+  if (have.count(want)) return gpu_arch;
+  // A cubin runs on GPUs of the same major version and an equal or newer minor one.
+  for (auto it = have.rbegin(); it != have.rend(); ++it)
+    if (*it / 10 == major && *it % 10 <= minor) return "sm_" + std::to_string(*it);
+  std::string list;
+  for (int a : have) list += (list.empty() ? "sm_" : ", sm_") + std::to_string(a);
+  throw Error(plan.path() + ": this plan has kernels for " + list + "; this GPU (" + gpu_name + ") is " + gpu_arch +
+              ": " + hint);
+}
+
+CudaBackend::CudaBackend(const Plan& plan, const BackendOptions& o) : plan_(plan), d_(driver()) {
+  try {
+    int count = 0;
+    check(d_.cuDeviceGetCount(&count), "counting GPUs");
+    if (o.device < 0 || o.device >= count)
+      throw Error("--device " + std::to_string(o.device) + ": this machine has " + std::to_string(count) + " GPU(s)");
+    CUdevice dev = 0;
+    check(d_.cuDeviceGet(&dev, o.device), "opening the GPU");
+    char name[256] = {};
+    check(d_.cuDeviceGetName(name, sizeof name - 1, dev), "reading the GPU's name");
+    int major = 0, minor = 0;
+    check(d_.cuDeviceGetAttribute(&major, kAttrComputeCapabilityMajor, dev), "reading the compute capability");
+    check(d_.cuDeviceGetAttribute(&minor, kAttrComputeCapabilityMinor, dev), "reading the compute capability");
+    check(d_.cuDeviceGetAttribute(&dev_.sms, kAttrMultiprocessorCount, dev), "reading the SM count");
+    size_t total = 0;
+    check(d_.cuDeviceTotalMem(&total, dev), "reading the GPU's memory size");
+    dev_.ordinal = o.device;
+    dev_.name = name;
+    dev_.arch = "sm_" + std::to_string(major * 10 + minor);
+    dev_.memory_bytes = total;
+    arch_ = choose_arch(plan, dev_.name, major, minor);
+
+    check(d_.cuDevicePrimaryCtxRetain(&ctx_, dev), "creating the CUDA context");
+    check(d_.cuCtxSetCurrent(ctx_), "creating the CUDA context");
+    check(d_.cuStreamCreate(&stream_, kStreamNonBlocking), "creating a stream");
+    check(d_.cuEventCreate(&ev_start_, 0), "creating events");
+    check(d_.cuEventCreate(&ev_end_, 0), "creating events");
+
+    for (const auto* k : *plan.fb().kernels()) {
+      if (!k->format() || k->format()->str() != "cubin" || !k->arch() || k->arch()->str() != arch_ || !k->image()) continue;
+      std::vector<uint8_t> image(k->image()->begin(), k->image()->end());  // aligned copy for the ELF loader
+      CUmodule m = nullptr;
+      CUresult r = d_.cuModuleLoadData(&m, image.data());
+      if (r != 0)
+        throw Error(plan.path() + ": kernel module '" + (k->name() ? k->name()->str() : "?") + "' for " + arch_ +
+                    " does not load on " + dev_.name + " (CUDA error " + std::to_string(r) + "): recompile the plan");
+      modules_.push_back(m);
+    }
+
+    // Scratch: one region as large as the largest op asks for (ops run one after another on one stream).
+    uint64_t scratch = 0;
+    for (const OpRef& op : plan.ops()) {
+      Prepare p;
+      prepare_op(plan, op, plan.max_rows(), p);
+      scratch = std::max(scratch, p.scratch_bytes);
+    }
+
+    weights_.plan_layout(plan);
+    int n_states = plan.fb().states() ? int(plan.fb().states()->size()) : 0;
+    for (int s = 0; s < n_states; ++s) {
+      std::vector<int64_t> shape = plan.state_shape(s);
+      state_offset_.push_back(states_bytes_);
+      states_bytes_ += align256(uint64_t(shape[0]) * uint64_t(shape[1]) * 4);
+    }
+    uint64_t arena = align256(plan.fb().arena_bytes());
+    size_t free_bytes = 0, total_bytes = 0;
+    check(d_.cuMemGetInfo(&free_bytes, &total_bytes), "reading the free GPU memory");
+    uint64_t need = weights_.bytes() + arena + states_bytes_ + scratch + (64ull << 20);
+    if (need > free_bytes)
+      throw Error(plan.path() + ": needs " + gib(need) + " on the GPU (weights " + gib(weights_.bytes()) + ", arena " +
+                  gib(arena) + ", states " + gib(states_bytes_) + ") but " + dev_.name + " has " + gib(free_bytes) +
+                  " free");
+    check(d_.cuMemAlloc(&arena_, std::max<uint64_t>(arena, 256)), "allocating the arena");
+    check(d_.cuMemAlloc(&states_, std::max<uint64_t>(states_bytes_, 256)), "allocating the states");
+    if (scratch) check(d_.cuMemAlloc(&scratch_, align256(scratch)), "allocating op scratch");
+    check(d_.cuMemAlloc(&step_, 256), "allocating the step info");
+    check(d_.cuMemAllocHost(&host_ids_, size_t(plan.max_rows()) * 4), "allocating pinned memory");
+    check(d_.cuMemAllocHost(&host_step_, sizeof(StepInfo)), "allocating pinned memory");
+    reset_state();
+
+    if (o.synthetic) weights_.synthesize(plan, o.seed, *this);
+    else weights_.upload(plan, o.model_dir);
+
+    const auto* bufs = plan.fb().buffers();
+    ops_.resize(plan.ops().size());
+    round_.resize(plan.ops().size());
+    for (size_t k = 0; k < plan.ops().size(); ++k) {
+      const OpRef& op = plan.ops()[k];
+      OpLaunch& l = ops_[k];
+      l.plan = &plan;
+      l.op = &op;
+      l.step = step_;
+      l.stream = stream_;
+      l.scratch = scratch_;
+      l.backend = this;
+      if (op.inputs.size() > std::size(l.in) || op.outputs.size() > std::size(l.out) ||
+          op.states.size() > std::size(l.state))
+        plan.fail(op, "has more operands than the cuda backend holds per op");
+      for (size_t j = 0; j < op.inputs.size(); ++j)
+        if (op.inputs[j] >= 0) {
+          l.in[j] = arena_ + bufs->Get(op.inputs[j])->offset();
+          l.in_w[j] = plan.row_elems(op.inputs[j]);
+        }
+      for (size_t j = 0; j < op.outputs.size(); ++j)
+        if (op.outputs[j] >= 0) {
+          l.out[j] = arena_ + bufs->Get(op.outputs[j])->offset();
+          l.out_w[j] = plan.row_elems(op.outputs[j]);
+        }
+      for (int id : op.weights) l.w.push_back(id >= 0 ? &weights_[id] : nullptr);
+      for (size_t j = 0; j < op.states.size(); ++j)
+        if (op.states[j] >= 0) {
+          std::vector<int64_t> shape = plan.state_shape(op.states[j]);
+          l.state[j] = states_ + state_offset_[size_t(op.states[j])];
+          l.state_rows[j] = shape[0];
+          l.state_cols[j] = shape[1];
+        }
+      round_[k] = op.s("round") == "bf16";
+    }
+    graphs_ = o.graphs && !env_off("SMELT_CUDA_GRAPHS");
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+CudaBackend::~CudaBackend() { release(); }
+
+void CudaBackend::release() noexcept {
+  if (!ctx_) return;
+  d_.cuCtxSetCurrent(ctx_);
+  if (stream_) d_.cuStreamSynchronize(stream_);
+  for (auto& [rows, exec] : graphs_by_rows_) d_.cuGraphExecDestroy(exec);
+  graphs_by_rows_.clear();
+  for (CUdeviceptr p : {arena_, states_, scratch_, step_})
+    if (p) d_.cuMemFree(p);
+  arena_ = states_ = scratch_ = step_ = 0;
+  weights_.release();  // before the context goes
+  for (void* h : {host_ids_, host_step_})
+    if (h) d_.cuMemFreeHost(h);
+  host_ids_ = host_step_ = nullptr;
+  for (CUmodule m : modules_) d_.cuModuleUnload(m);
+  modules_.clear();
+  if (ev_start_) d_.cuEventDestroy(ev_start_);
+  if (ev_end_) d_.cuEventDestroy(ev_end_);
+  ev_start_ = ev_end_ = nullptr;
+  if (stream_) d_.cuStreamDestroy(stream_);
+  stream_ = nullptr;
+  CUdevice dev = 0;
+  if (d_.cuDeviceGet(&dev, dev_.ordinal) == 0) d_.cuDevicePrimaryCtxRelease(dev);
+  ctx_ = nullptr;
+}
+
+CUfunction CudaBackend::function(const char* name) {
+  auto it = functions_.find(std::string_view(name));
+  if (it != functions_.end()) return it->second;
+  for (CUmodule m : modules_) {
+    CUfunction f = nullptr;
+    if (d_.cuModuleGetFunction(&f, m, name) == 0) {
+      functions_.emplace(name, f);
+      return f;
+    }
+  }
+  throw Error(plan_.path() + ": no kernel module of this plan for " + arch_ + " has the kernel " + name +
+              " (the plan was compiled by a smelt without it: recompile the plan)");
+}
+
+void CudaBackend::launch(const OpLaunch& l, const char* name, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                         unsigned shared, void** args) {
+  auto where = [&] { return l.op ? ": " + l.op->where() : std::string(); };
+  if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || bx > 1024)
+    throw Error(plan_.path() + where() + ": kernel " + name + " launched with grid " + std::to_string(gx) + "x" +
+                std::to_string(gy) + "x" + std::to_string(gz) + ", block " + std::to_string(bx));
+  CUfunction f = function(name);
+  if (shared > 48 * 1024) {
+    unsigned& allowed = shared_set_[f];
+    if (allowed < shared) {
+      check(d_.cuFuncSetAttribute(f, kFuncAttrMaxDynamicSharedBytes, int(shared)), name);
+      allowed = shared;
+    }
+  }
+  CUresult r = d_.cuLaunchKernel(f, gx, gy, gz, bx, 1, 1, shared, static_cast<CUstream>(l.stream), args, nullptr);
+  if (r != 0) {
+    const char* e = "unknown";
+    d_.cuGetErrorName(r, &e);
+    throw Error(plan_.path() + where() + ": launching " + name + " failed (" + e + ")");
+  }
+  ++launches_;
+}
+
+void CudaBackend::launch_own(const char* name, unsigned grid_x, unsigned block_x, void** args) {
+  OpLaunch l;
+  l.stream = stream_;
+  launch(l, name, grid_x, 1, 1, block_x, 0, args);
+}
+
+void CudaBackend::stage_inputs(const int32_t* ids, int64_t p0, int rows) {
+  if (rows < 1 || rows > plan_.max_rows())
+    plan_.fail("chunk of " + std::to_string(rows) + " rows; the plan allows 1 to " + std::to_string(plan_.max_rows()));
+  if (p0 < 0 || p0 + rows > plan_.max_seq_len())
+    plan_.fail("the sequence would reach " + std::to_string(p0 + rows) + " tokens but the plan was compiled for " +
+               "max_seq_len " + std::to_string(plan_.max_seq_len()));
+  // The previous run has finished (run() waits), so the pinned staging is free to reuse.
+  std::memcpy(host_ids_, ids, size_t(rows) * 4);
+  StepInfo info{p0, rows, 0};
+  std::memcpy(host_step_, &info, sizeof info);
+  CUdeviceptr ids_dev = arena_ + plan_.fb().buffers()->Get(plan_.token_ids())->offset();
+  check(d_.cuMemcpyHtoDAsync(ids_dev, host_ids_, size_t(rows) * 4, stream_), "copying the token ids");
+  check(d_.cuMemcpyHtoDAsync(step_, host_step_, sizeof info, stream_), "copying the step info");
+}
+
+void CudaBackend::run_ops(int rows, std::vector<CUevent>* marks, std::vector<Span>* spans) {
+  static const bool sync_each = env_on("SMELT_CUDA_SYNC");  // debugging: find the op that faults
+  int layer = -2;
+  for (size_t k = 0; k < ops_.size(); ++k) {
+    OpLaunch& l = ops_[k];
+    if (marks && l.op->layer != layer) {
+      layer = l.op->layer;
+      CUevent e = nullptr;
+      check(d_.cuEventCreate(&e, 0), "creating events");
+      marks->push_back(e);
+      check(d_.cuEventRecord(e, stream_), "recording events");
+      spans->push_back({layer, int(k), 0, 0, 0.0});
+    }
+    int64_t before = launches_;
+    l.rows = rows;
+    run_op(l);
+    if (round_[k])
+      for (size_t j = 0; j < l.op->outputs.size(); ++j) {
+        if (!l.out[j] || l.op->spec->outputs[j].type == 'i') continue;
+        unsigned long long p = l.out[j], n = (unsigned long long)rows * (unsigned long long)l.out_w[j];
+        void* args[] = {&p, &n};
+        launch(l, "smelt_round_bf16", unsigned(std::min<unsigned long long>((n + 255) / 256, 4096)), 1, 1, 256, 0, args);
+      }
+    if (spans) {
+      spans->back().ops += 1;
+      spans->back().launches += int(launches_ - before);
+    }
+    if (sync_each && !marks) {
+      CUresult r = d_.cuStreamSynchronize(stream_);
+      if (r != 0) {
+        const char* e = "unknown";
+        d_.cuGetErrorName(r, &e);
+        throw Error(plan_.path() + ": " + l.op->where() + " failed on the GPU (" + e + ")");
+      }
+    }
+  }
+}
+
+void CudaBackend::run(const int32_t* ids, int64_t p0, int rows) {
+  stage_inputs(ids, p0, rows);
+  int64_t before = launches_;
+  if (graphs_ && rows == 1) {
+    auto it = graphs_by_rows_.find(rows);
+    if (it == graphs_by_rows_.end()) {
+      // Capture once: the kernels read the position from `step`, so the same graph serves every decode step.
+      check(d_.cuStreamBeginCapture(stream_, kCaptureModeThreadLocal), "capturing the decode graph");
+      try {
+        run_ops(rows);
+      } catch (...) {
+        CUgraph g = nullptr;
+        d_.cuStreamEndCapture(stream_, &g);
+        if (g) d_.cuGraphDestroy(g);
+        throw;
+      }
+      CUgraph g = nullptr;
+      check(d_.cuStreamEndCapture(stream_, &g), "capturing the decode graph");
+      CUgraphExec exec = nullptr;
+      CUresult r = d_.cuGraphInstantiateWithFlags(&exec, g, 0);
+      d_.cuGraphDestroy(g);
+      check(r, "instantiating the decode graph");
+      it = graphs_by_rows_.emplace(rows, exec).first;
+      graph_launches_[rows] = launches_ - before;
+    }
+    check(d_.cuEventRecord(ev_start_, stream_), "recording events");
+    check(d_.cuGraphLaunch(it->second, stream_), "launching the decode graph");
+    last_launches_ = graph_launches_[rows];
+  } else {
+    check(d_.cuEventRecord(ev_start_, stream_), "recording events");
+    run_ops(rows);
+    last_launches_ = launches_ - before;
+  }
+  check(d_.cuEventRecord(ev_end_, stream_), "recording events");
+  check(d_.cuStreamSynchronize(stream_), "running the plan (set SMELT_CUDA_SYNC=1 to find the op)");
+  float ms = 0.f;
+  check(d_.cuEventElapsedTime(&ms, ev_start_, ev_end_), "timing the run");
+  last_ms_ = ms;
+}
+
+std::vector<CudaBackend::Span> CudaBackend::run_timed(const int32_t* ids, int64_t p0, int rows) {
+  stage_inputs(ids, p0, rows);
+  std::vector<CUevent> marks;
+  std::vector<Span> spans;
+  try {
+    run_ops(rows, &marks, &spans);
+    CUevent end = nullptr;
+    check(d_.cuEventCreate(&end, 0), "creating events");
+    marks.push_back(end);
+    check(d_.cuEventRecord(end, stream_), "recording events");
+    check(d_.cuStreamSynchronize(stream_), "running the plan");
+    for (size_t i = 0; i < spans.size(); ++i) {
+      float ms = 0.f;
+      check(d_.cuEventElapsedTime(&ms, marks[i], marks[i + 1]), "timing layers");
+      spans[i].ms = ms;
+    }
+  } catch (...) {
+    for (CUevent e : marks) d_.cuEventDestroy(e);
+    throw;
+  }
+  for (CUevent e : marks) d_.cuEventDestroy(e);
+  return spans;
+}
+
+void CudaBackend::read_logits(float* out, int rows) {
+  CUdeviceptr p = arena_ + plan_.fb().buffers()->Get(plan_.logits())->offset();
+  check(d_.cuMemcpyDtoH(out, p, size_t(rows) * size_t(plan_.vocab()) * 4), "reading the logits");
+}
+
+void CudaBackend::read_buffer(int buffer, void* out, uint64_t bytes) {
+  CUdeviceptr p = arena_ + plan_.fb().buffers()->Get(buffer)->offset();
+  check(d_.cuMemcpyDtoH(out, p, bytes), "reading a buffer");
+}
+
+void CudaBackend::reset_state() {
+  check(d_.cuMemsetD8Async(states_, 0, std::max<uint64_t>(states_bytes_, 256), stream_), "clearing the states");
+  check(d_.cuStreamSynchronize(stream_), "clearing the states");
+}
+
+uint64_t CudaBackend::state_bytes(int id) const {
+  std::vector<int64_t> shape = plan_.state_shape(id);
+  return uint64_t(shape[0]) * uint64_t(shape[1]) * 4;
+}
+
+}  // namespace smelt::runtime::cuda

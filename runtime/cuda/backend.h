@@ -1,0 +1,114 @@
+// The cuda backend: runs a plan's ops on one GPU with the plan's NVRTC-compiled kernels (runtime/cuda/ops*.cc
+// say which kernel each op launches; runtime/cuda/launch.h is that contract).
+//
+// Start-up: pick the device, check the plan has a cubin for its arch (never JIT), load the modules, allocate
+// the arena (plan.arena_bytes), the states (zeroed) and the weights (uploaded, or synthesized on the GPU),
+// prepare every op (scratch). A run: token ids and StepInfo copied in, then the ops launched in order on one
+// stream — for one row (decode) as a CUDA graph captured on first use and replayed after; other row counts
+// eagerly. `round = "bf16"` on an op is applied after it by the backend, as on the cpu.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/cuda/device_weights.h"
+#include "runtime/cuda/driver.h"
+#include "runtime/cuda/launch.h"
+#include "runtime/plan.h"
+
+namespace smelt::runtime::cuda {
+
+struct DeviceInfo {
+  int ordinal = 0;
+  std::string name;  // "NVIDIA H200"
+  std::string arch;  // sm_90
+  uint64_t memory_bytes = 0;
+  int sms = 0;
+};
+
+struct BackendOptions {
+  int device = 0;
+  std::string model_dir;  // "" = the plan's model_dir
+  bool synthetic = false; // --synthetic-weights: values generated on the GPU from `seed`
+  uint64_t seed = 0;
+  bool graphs = true;     // decode as CUDA graphs ($SMELT_CUDA_GRAPHS=0 also turns them off)
+};
+
+// The cubin arch of `plan` to load on a GPU of compute capability major.minor: exactly sm_<major><minor>, else
+// the newest sm_<major>x with x <= minor (binary compatible). Throws smelt::Error with one sentence when
+// there is none (exposed for tests).
+std::string choose_arch(const Plan& plan, const std::string& gpu_name, int major, int minor);
+
+class CudaBackend final : public Launcher {
+ public:
+  CudaBackend(const Plan& plan, const BackendOptions& options);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  const DeviceInfo& device() const { return dev_; }
+  const std::string& arch() const { return arch_; }
+  const Plan& plan() const { return plan_; }
+
+  // Runs the main forward over `rows` tokens at positions p0 .. p0+rows-1 (graph for one row when graphs
+  // are on) and waits; logits of the chunk are then read with read_logits.
+  void run(const int32_t* ids, int64_t p0, int rows);
+  void read_logits(float* out, int rows);
+  void reset_state();  // zero every state (a new sequence)
+
+  // Bench support. Per-layer GPU times of one eager run (events where op.layer changes; layer -1 = outside
+  // the blocks); kernels launched by the last run (a graph replay counts the kernels it holds).
+  struct Span {
+    int layer = -1;
+    int first_op = 0, ops = 0, launches = 0;
+    double ms = 0.0;
+  };
+  std::vector<Span> run_timed(const int32_t* ids, int64_t p0, int rows);
+  // GPU time of the last run() (events around the forward, after the input copies).
+  double last_run_ms() const { return last_ms_; }
+  int64_t last_launches() const { return last_launches_; }
+  void read_buffer(int buffer, void* out, uint64_t bytes);  // row 0 onwards of an arena buffer
+  const DeviceWeights& weights() const { return weights_; }
+  uint64_t state_bytes(int id) const;
+  CUstream stream() const { return stream_; }
+
+  void launch(const OpLaunch& l, const char* name, unsigned grid_x, unsigned grid_y, unsigned grid_z,
+              unsigned block_x, unsigned shared_bytes, void** args) override;
+  // The backend's own kernels (kernels/backend): same lookup, no op.
+  void launch_own(const char* name, unsigned grid_x, unsigned block_x, void** args);
+
+ private:
+  const Plan& plan_;
+  const Driver& d_;
+  DeviceInfo dev_;
+  std::string arch_;
+  CUcontext ctx_ = nullptr;
+  CUstream stream_ = nullptr;
+  std::vector<CUmodule> modules_;
+  std::map<std::string, CUfunction, std::less<>> functions_;
+  std::map<CUfunction, unsigned> shared_set_;  // dynamic shared memory already allowed per function
+  CUdeviceptr arena_ = 0, states_ = 0, scratch_ = 0, step_ = 0;
+  std::vector<uint64_t> state_offset_;
+  uint64_t states_bytes_ = 0;
+  DeviceWeights weights_;
+  std::vector<OpLaunch> ops_;
+  std::vector<bool> round_;  // per op: round its float outputs to bf16
+  void* host_ids_ = nullptr;   // pinned staging
+  void* host_step_ = nullptr;
+  void* host_logits_ = nullptr;
+  CUevent ev_start_ = nullptr, ev_end_ = nullptr;
+  bool graphs_ = true;
+  std::map<int, CUgraphExec> graphs_by_rows_;
+  std::map<int, int64_t> graph_launches_;
+  double last_ms_ = 0.0;
+  int64_t launches_ = 0, last_launches_ = 0;
+
+  CUfunction function(const char* name);
+  void stage_inputs(const int32_t* ids, int64_t p0, int rows);
+  void run_ops(int rows, std::vector<CUevent>* marks = nullptr, std::vector<Span>* spans = nullptr);
+  void release() noexcept;
+};
+
+}  // namespace smelt::runtime::cuda

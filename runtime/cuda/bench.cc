@@ -1,0 +1,246 @@
+#include "runtime/cuda/bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <set>
+#include <sstream>
+
+#include "runtime/cuda/session_cuda.h"
+
+namespace smelt::runtime::cuda {
+
+namespace {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, size_t(q * double(v.size())))];
+}
+
+// Read + write bytes per second of cuMemcpyDtoD over >= 1 GiB (less when the GPU has not that much free),
+// median of several copies: the practical HBM floor the decode step is compared with.
+double copy_bandwidth(CudaBackend& b, uint64_t* bytes_out) {
+  const Driver& d = driver();
+  size_t free_bytes = 0, total = 0;
+  check(d.cuMemGetInfo(&free_bytes, &total), "reading the free GPU memory");
+  uint64_t bytes = 1ull << 30;
+  while (bytes > (64ull << 20) && 2 * bytes + (256ull << 20) > free_bytes) bytes /= 2;
+  CUdeviceptr a = 0, c = 0;
+  check(d.cuMemAlloc(&a, bytes), "allocating the copy-bandwidth buffers");
+  CUresult r = d.cuMemAlloc(&c, bytes);
+  if (r != 0) d.cuMemFree(a);
+  check(r, "allocating the copy-bandwidth buffers");
+  CUevent e0 = nullptr, e1 = nullptr;
+  std::vector<double> ms;
+  try {
+    check(d.cuEventCreate(&e0, 0), "creating events");
+    check(d.cuEventCreate(&e1, 0), "creating events");
+    check(d.cuMemsetD8Async(a, 1, bytes, b.stream()), "filling the copy buffer");
+    for (int rep = 0; rep < 11; ++rep) {
+      check(d.cuEventRecord(e0, b.stream()), "recording events");
+      check(d.cuMemcpyDtoDAsync(c, a, bytes, b.stream()), "copying");
+      check(d.cuEventRecord(e1, b.stream()), "recording events");
+      check(d.cuEventSynchronize(e1), "copying");
+      float t = 0.f;
+      check(d.cuEventElapsedTime(&t, e0, e1), "timing the copy");
+      if (rep > 0) ms.push_back(t);  // the first copy warms up
+    }
+  } catch (...) {
+    if (e0) d.cuEventDestroy(e0);
+    if (e1) d.cuEventDestroy(e1);
+    d.cuMemFree(a);
+    d.cuMemFree(c);
+    throw;
+  }
+  d.cuEventDestroy(e0);
+  d.cuEventDestroy(e1);
+  d.cuMemFree(a);
+  d.cuMemFree(c);
+  *bytes_out = bytes;
+  return 2.0 * double(bytes) / (median(ms) * 1e-3);
+}
+
+struct StepBytes {
+  uint64_t dense = 0, experts = 0, states = 0;
+  int experts_selected = 0, experts_total = 0;
+};
+
+// The bytes one decode step at position `pos` must read: every weight once (an embedding or Engram table only
+// the rows it looks up), the routed experts the step selected (from each moe_experts op's idx input), and the
+// used rows of every state (a ring whole; a pool the rows written so far: an upper bound, since attention
+// reads only its selected entries).
+StepBytes step_bytes(CudaBackend& b, int64_t pos) {
+  const Plan& plan = b.plan();
+  const DeviceWeights& w = b.weights();
+  StepBytes s;
+  std::set<int> counted;
+  auto row_bytes = [&](int id) { return w.weight_bytes(id) / uint64_t(std::max<int64_t>(plan.weight_shape(id)[0], 1)); };
+  for (const OpRef& op : plan.ops()) {
+    if (op.spec->kind == OpKind::MoeExperts) {
+      int per = op.scaled ? 6 : 3;
+      int n_experts = int(op.i("n_experts")), topk = int(op.i("topk"));
+      std::vector<int32_t> idx(static_cast<size_t>(topk));
+      b.read_buffer(op.inputs[2], idx.data(), idx.size() * 4);
+      std::set<int32_t> chosen(idx.begin(), idx.end());
+      s.experts_total += n_experts;
+      for (int32_t e : chosen) {
+        if (e < 0 || e >= n_experts) continue;
+        ++s.experts_selected;
+        for (int k = 0; k < per; ++k) {
+          int id = op.weights[size_t(e * per + k)];
+          if (id >= 0 && counted.insert(id).second) s.experts += w.weight_bytes(id);
+        }
+      }
+      for (int id : op.weights) counted.insert(id);  // the unselected experts are not read
+      continue;
+    }
+    for (size_t j = 0; j < op.weights.size(); ++j) {
+      int id = op.weights[j];
+      if (id < 0 || !counted.insert(id).second) continue;
+      if (op.spec->kind == OpKind::Embedding) s.dense += row_bytes(id);
+      else if (op.spec->kind == OpKind::Engram && j < 2) s.dense += row_bytes(id) * uint64_t(plan.row_elems(op.inputs[1]));
+      else s.dense += w.weight_bytes(id);
+    }
+  }
+  int n_states = plan.fb().states() ? int(plan.fb().states()->size()) : 0;
+  for (int id = 0; id < n_states; ++id) {
+    std::string kind = plan.fb().states()->Get(id)->kind() ? plan.fb().states()->Get(id)->kind()->str() : "";
+    std::vector<int64_t> shape = plan.state_shape(id);
+    uint64_t row = uint64_t(shape[1]) * 4;
+    int64_t rows = shape[0];
+    if (kind.find("pool") != std::string::npos)
+      rows = std::min<int64_t>(rows, (pos + 1) * shape[0] / std::max<int64_t>(plan.max_seq_len(), 1) + 1);
+    s.states += uint64_t(rows) * row;
+  }
+  return s;
+}
+
+}  // namespace
+
+nlohmann::ordered_json bench(const BenchOptions& o) {
+  auto session = CudaSession::open(o.plan, o.backend);
+  CudaBackend& b = session->backend();
+  const Plan& plan = session->plan();
+  int64_t vocab = session->vocab();
+  for (const OpRef& op : plan.ops())  // ids must fit the embedding table
+    if (op.name == "smelt.embedding") vocab = std::min(vocab, plan.weight_shape(op.weights[0])[0]);
+  int64_t max_seq = plan.max_seq_len();
+  int64_t p = o.prompt_len > 0 ? o.prompt_len : std::min<int64_t>({plan.max_rows(), 128, std::max<int64_t>(max_seq / 2, 1)});
+  int64_t steps = std::max(o.steps, 1);
+  if (p + steps + 2 > max_seq)
+    throw Error(o.plan + ": bench needs " + std::to_string(p + steps + 2) + " positions but max_seq_len is " +
+                std::to_string(max_seq) + "; lower --prompt-len or --steps");
+
+  uint64_t copy_bytes = 0;
+  double copy_bw = copy_bandwidth(b, &copy_bytes);
+
+  std::vector<int32_t> prompt(static_cast<size_t>(p));
+  for (int64_t i = 0; i < p; ++i) prompt[size_t(i)] = int32_t((i * 7919 + 1) % vocab);
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<float> logits = session->prefill(prompt, o.chunk);
+  double prefill_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  auto next = [&](const float* l) {
+    return int32_t(std::max_element(l, l + session->vocab()) - l) % int32_t(vocab);
+  };
+  int32_t tok = next(logits.data() + (p - 1) * session->vocab());
+
+  // Decode: the first step captures the graph (not timed); then `steps` replays, GPU time of each.
+  std::vector<double> ms;
+  std::vector<float> l = session->decode(tok);
+  tok = next(l.data());
+  for (int64_t k = 0; k < steps; ++k) {
+    l = session->decode(tok);
+    tok = next(l.data());
+    ms.push_back(b.last_run_ms());
+  }
+  int64_t launches = b.last_launches();
+  double step_ms = median(ms);
+
+  // One eager step with events at layer boundaries; its routing decides the expert bytes.
+  int64_t pos = session->position();
+  std::vector<CudaBackend::Span> spans = b.run_timed(&tok, pos, 1);
+  StepBytes sb = step_bytes(b, pos);
+  uint64_t total = sb.dense + sb.experts + sb.states;
+  double achieved = double(total) / (step_ms * 1e-3);
+
+  nlohmann::ordered_json j;
+  j["backend"] = "cuda";
+  j["plan"] = o.plan;
+  j["device"] = b.device().name;
+  j["arch"] = b.device().arch;
+  j["kernels_arch"] = b.arch();
+  j["weights"] = o.backend.synthetic ? "synthetic (seed " + std::to_string(o.backend.seed) + ")" : "checkpoint";
+  j["copy_bandwidth_gbps"] = copy_bw / 1e9;
+  j["copy_bytes"] = copy_bytes;
+  j["prompt_tokens"] = p;
+  j["prefill_ms"] = prefill_ms;
+  j["prefill_tokens_per_s"] = prefill_ms > 0 ? 1000.0 * double(p) / prefill_ms : 0.0;
+  j["decode_steps"] = steps;
+  j["decode_position"] = pos;
+  j["decode_ms_median"] = step_ms;
+  j["decode_ms_p10"] = percentile(ms, 0.1);
+  j["decode_ms_p90"] = percentile(ms, 0.9);
+  j["decode_tokens_per_s"] = step_ms > 0 ? 1000.0 / step_ms : 0.0;
+  j["bytes_per_step"] = {{"dense_weights", sb.dense}, {"routed_experts", sb.experts}, {"states", sb.states},
+                         {"total", total}};
+  j["experts_selected"] = sb.experts_selected;
+  j["experts_total"] = sb.experts_total;
+  j["hbm_floor_ms"] = copy_bw > 0 ? double(total) / copy_bw * 1e3 : 0.0;
+  j["achieved_gbps"] = achieved / 1e9;
+  j["ratio_to_copy_bandwidth"] = copy_bw > 0 ? achieved / copy_bw : 0.0;
+  j["kernels_per_step"] = launches;
+  j["graphs"] = o.backend.graphs;
+  nlohmann::ordered_json layers = nlohmann::ordered_json::array();
+  double eager_ms = 0.0;
+  for (const auto& s : spans) {
+    layers.push_back({{"layer", s.layer}, {"ms", s.ms}, {"ops", s.ops}, {"kernels", s.launches}});
+    eager_ms += s.ms;
+  }
+  j["eager_step_ms"] = eager_ms;
+  j["layers"] = layers;
+  return j;
+}
+
+std::string bench_text(const nlohmann::ordered_json& j) {
+  std::ostringstream s;
+  char buf[256];
+  auto line = [&](const char* fmt, auto... args) {
+    std::snprintf(buf, sizeof buf, fmt, args...);
+    s << buf << "\n";
+  };
+  line("backend: cuda on %s (%s, kernels for %s), weights: %s", j["device"].get<std::string>().c_str(),
+       j["arch"].get<std::string>().c_str(), j["kernels_arch"].get<std::string>().c_str(),
+       j["weights"].get<std::string>().c_str());
+  line("copy bandwidth: %.1f GB/s (read+write, cuMemcpyDtoD of %.2f GiB, median of 10)",
+       j["copy_bandwidth_gbps"].get<double>(), double(j["copy_bytes"].get<uint64_t>()) / double(1ull << 30));
+  line("prefill: %lld tokens in %.2f ms (%.1f tokens/s)", (long long)j["prompt_tokens"].get<int64_t>(),
+       j["prefill_ms"].get<double>(), j["prefill_tokens_per_s"].get<double>());
+  line("decode: %.3f ms/step median of %lld (p10 %.3f, p90 %.3f) at position %lld, %.1f tokens/s, %lld kernels/step",
+       j["decode_ms_median"].get<double>(), (long long)j["decode_steps"].get<int64_t>(), j["decode_ms_p10"].get<double>(),
+       j["decode_ms_p90"].get<double>(), (long long)j["decode_position"].get<int64_t>(),
+       j["decode_tokens_per_s"].get<double>(), (long long)j["kernels_per_step"].get<int64_t>());
+  const auto& bytes = j["bytes_per_step"];
+  line("bytes/step: %.1f MB (dense weights %.1f, routed experts %.1f [%d of %d selected], states %.1f)",
+       double(bytes["total"].get<uint64_t>()) / 1e6, double(bytes["dense_weights"].get<uint64_t>()) / 1e6,
+       double(bytes["routed_experts"].get<uint64_t>()) / 1e6, j["experts_selected"].get<int>(),
+       j["experts_total"].get<int>(), double(bytes["states"].get<uint64_t>()) / 1e6);
+  line("achieved: %.1f GB/s = %.1f%% of the copy bandwidth (HBM floor %.3f ms/step)", j["achieved_gbps"].get<double>(),
+       100.0 * j["ratio_to_copy_bandwidth"].get<double>(), j["hbm_floor_ms"].get<double>());
+  line("eager step by layer (%.3f ms):", j["eager_step_ms"].get<double>());
+  for (const auto& l : j["layers"]) {
+    int layer = l["layer"].get<int>();
+    std::string name = layer < 0 ? "outside blocks" : "layer " + std::to_string(layer);
+    line("  %-15s %8.3f ms  %3d ops  %3d kernels", name.c_str(), l["ms"].get<double>(), l["ops"].get<int>(),
+         l["kernels"].get<int>());
+  }
+  return s.str();
+}
+
+}  // namespace smelt::runtime::cuda

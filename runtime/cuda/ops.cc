@@ -1,0 +1,412 @@
+// The cuda launchers of the V4 ops of docs/ops.md (V4.1 ops: ops_v41.cc, DSpark: ops_dspark.cc): which
+// kernels of kernels/<family>/<family>.cu an op runs and with which arguments, mirroring the cpu backend's
+// handlers (runtime/cpu/ops*.cc). Kernel argument types must match the kernels' parameters exactly (int =
+// int32_t, i64 = int64_t, pointers = DevPtr, structs with the kernels' layout).
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "runtime/cpu/backend.h"
+#include "runtime/cuda/ops_common.h"
+
+namespace smelt::runtime::cuda {
+
+using detail::cdiv;
+using detail::Ctx;
+using detail::ptr;
+using detail::weight;
+
+namespace detail {
+
+InvFreq inv_freq_arg(const Ctx& c, bool v41) {
+  InvFreq f;
+  std::vector<float> v = cpu::inv_freq(c.op(), v41);
+  if (v.size() > 256) c.fail("rope_dim " + std::to_string(2 * v.size()) + " exceeds the cuda kernels' 512");
+  std::copy(v.begin(), v.end(), f.v);
+  return f;
+}
+
+LinearW linear_format(const Ctx& c, const DeviceWeight* w, const DeviceWeight* s, const char* what) {
+  LinearW f;
+  if (!w) c.fail(std::string("weight ") + what + " is missing");
+  switch (w->dtype) {
+    case smelt::plan::DType::F32: f.fmt = "f32"; break;
+    case smelt::plan::DType::BF16: f.fmt = "bf16"; break;
+    case smelt::plan::DType::F16: f.fmt = "f16"; break;
+    case smelt::plan::DType::F8_E4M3:
+      f.fmt = "fp8";
+      f.quant = true;
+      if (!s) c.fail(std::string("FP8 weight ") + what + " has no scale");
+      f.blk = fp8_weight_block(w->shape, s->shape);
+      if (f.blk == 0) c.fail(std::string("FP8 weight ") + what + " has scales of a shape no block size explains");
+      break;
+    case smelt::plan::DType::I8:
+      f.fmt = "fp4";
+      f.quant = true;
+      if (!s) c.fail(std::string("FP4 weight ") + what + " has no scale");
+      break;
+    default:
+      c.fail(std::string("weight ") + what + " has dtype " + std::string(plan_dtype_name(w->dtype)) +
+             ", which no cuda linear kernel takes");
+  }
+  return f;
+}
+
+void act_quant(Ctx& c, DevPtr x, int rows, int K, DevPtr& xu, DevPtr& xs) {
+  if (K % 32) c.fail("activation quantization needs K % 32 == 0, got " + std::to_string(K));
+  xu = c.scratch(uint64_t(rows) * K * 4);
+  xs = c.scratch(uint64_t(rows) * (K / 32) * 4);
+  c.go("smelt_act_quant_b32", cdiv(K / 32, 8), unsigned(rows), 1, 256, 0, x, int(K), int(K), xu, xs);
+}
+
+void linear(Ctx& c, DevPtr x, DevPtr y, const DeviceWeight* w, const DeviceWeight* s, int rows, int K, int N, bool aq,
+            float scale_after, int round, const char* what) {
+  const LinearW f = linear_format(c, w, s, what);
+  if (K % 8) c.fail("the cuda linear kernels need K % 8 == 0, got K = " + std::to_string(K));
+  const DevPtr wp = ptr(w), sp = ptr(s);
+  if (aq && f.quant) {
+    DevPtr xu, xs;
+    act_quant(c, x, rows, K, xu, xs);
+    const std::string name = std::string("smelt_linear_") + f.fmt + "_aq";
+    c.go(name.c_str(), cdiv(N, 8), 1, 1, 256, 0, xu, xs, y, wp, sp, int(rows), int(K), int(N), int(f.blk),
+         scale_after, int(round));
+    return;
+  }
+  const std::string name = std::string("smelt_linear_") + f.fmt;
+  c.go(name.c_str(), cdiv(N, 8), 1, 1, 256, 0, x, y, wp, sp, int(rows), int(K), int(N), int(f.blk), scale_after,
+       int(round));
+}
+
+}  // namespace detail
+
+namespace {
+
+struct AttnArgs {  // kernels/attention/attention.cu AttnArgs
+  DevPtr q, chunk_kv, idx;
+  int32_t k;
+  DevPtr sink;
+  int32_t sink_dt;
+  DevPtr ring;
+  int32_t R, window, ratio;
+  DevPtr pool;
+  int64_t pool_rows;
+  int32_t hd;
+  float scale;
+  int32_t v41, rb, dspark;
+};
+
+struct ExpertW {  // kernels/moe/moe.cu ExpertW
+  uint64_t base[6];
+  int64_t stride[6];
+  DevPtr table;
+};
+
+struct U64Pack {
+  uint64_t v[480];
+};
+
+bool is_round(const OpRef& op) { return detail::attr_s(op, "round") == "bf16"; }
+
+// Expert weights as the kernels address them: base + e * stride when evenly spaced, else a table of device
+// addresses written into scratch by smelt_write_u64 (captured with the graph).
+ExpertW expert_weights(Ctx& c, int n_experts, bool scaled) {
+  ExpertW ew{};
+  const OpLaunch& l = c.l;
+  const int per = scaled ? 6 : 3;
+  auto at = [&](int e, int j) -> DevPtr {  // j: 0 w1, 1 s1, 2 w2, 3 s2, 4 w3, 5 s3
+    if (!scaled && (j & 1)) return 0;
+    const DeviceWeight* w = weight(l, size_t(e) * per + (scaled ? j : j / 2));
+    return ptr(w);
+  };
+  bool even = true;
+  for (int j = 0; j < 6; ++j) {
+    ew.base[j] = at(0, j);
+    ew.stride[j] = n_experts > 1 ? int64_t(at(1, j) - at(0, j)) : 0;
+    for (int e = 2; e < n_experts && even; ++e) even = at(e, j) == at(0, j) + uint64_t(e) * uint64_t(ew.stride[j]);
+  }
+  const uint64_t n = uint64_t(n_experts) * 6;
+  if (c.dry) {
+    c.scratch(n * 8);  // reserve the table in any case: the layout is only known at run time
+    return ew;
+  }
+  DevPtr table = c.scratch(n * 8);
+  if (even) return ew;
+  ew.table = table;
+  for (uint64_t first = 0; first < n; first += 480) {
+    U64Pack pack{};
+    const int cnt = int(std::min<uint64_t>(480, n - first));
+    for (int k = 0; k < cnt; ++k) pack.v[k] = at(int((first + k) / 6), int((first + k) % 6));
+    c.go("smelt_write_u64", 1, 1, 1, 256, 0, table, int(first), cnt, pack);
+  }
+  return ew;
+}
+
+// moe_experts (topk slots per row) and swiglu_mlp (one expert, no routing).
+void run_experts(Ctx& c, bool routed) {
+  const OpLaunch& l = c.l;
+  const OpRef& op = c.op();
+  const int rows = l.rows, D = int(l.in_w[0]);
+  const bool scaled = op.scaled;
+  const int n_experts = routed ? int(op.i("n_experts")) : 1;
+  const int topk = routed ? int(op.i("topk")) : 1;
+  const float limit = float(op.f("swiglu_limit"));
+  const DeviceWeight* w1 = weight(l, 0);
+  const DeviceWeight* s1 = scaled ? weight(l, 1) : nullptr;
+  if (!w1 || w1->shape.empty()) c.fail("expert weight w1 is missing");
+  const int F = int(w1->shape[0]);
+  const detail::LinearW f = detail::linear_format(c, w1, s1, "w1");
+  if (scaled && !f.quant) c.fail("scaled expert weights must be FP8 or FP4");
+  if (topk > 32) c.fail("topk " + std::to_string(topk) + " exceeds the cuda combine's 32");
+  const ExpertW ew = expert_weights(c, n_experts, scaled);
+  const DevPtr idx = routed ? l.in[2] : 0, rw = routed ? l.in[1] : 0;
+  const int RT = rows * topk;
+  const DevPtr h = c.scratch(uint64_t(RT) * F * 4);
+  const DevPtr out = routed ? c.scratch(uint64_t(RT) * D * 4) : l.out[0];
+  if (scaled) {  // V4.1: act quant, exact GEMMs, bf16 roundings
+    if (D % 32 || F % 32) c.fail("FP8/FP4 experts need dim and inter multiples of 32");
+    const int rb = detail::model_rounding(op);
+    DevPtr xu, xs, hu, hs;
+    detail::act_quant(c, l.in[0], rows, D, xu, xs);
+    const std::string up = std::string("smelt_moe_up_") + f.fmt + "_aq";
+    c.go(up.c_str(), cdiv(F, 8), unsigned(RT), 1, 256, 0, xu, xs, D, F, topk, idx, n_experts, rw, ew, int(f.blk),
+         limit, rb, h);
+    detail::act_quant(c, h, RT, F, hu, hs);
+    const std::string down = std::string("smelt_moe_down_") + f.fmt + "_aq";
+    c.go(down.c_str(), cdiv(D, 8), unsigned(RT), 1, 256, 0, hu, hs, D, F, topk, idx, n_experts, ew, int(f.blk), rb,
+         out);
+    if (routed)
+      c.go("smelt_moe_combine", cdiv(D, 256), unsigned(rows), 1, 256, 0, out, rw, idx, topk, n_experts, D, int(0),
+           l.out[0]);
+    return;
+  }
+  if (D % 8 || F % 8) c.fail("the cuda expert kernels need dim and inter multiples of 8");
+  const std::string up = std::string("smelt_moe_up_") + f.fmt;
+  c.go(up.c_str(), cdiv(F, 8), unsigned(RT), 1, 256, 0, l.in[0], D, F, topk, idx, n_experts, ew, int(f.blk), limit, h);
+  const std::string down = std::string("smelt_moe_down_") + f.fmt;
+  c.go(down.c_str(), cdiv(D, 8), unsigned(RT), 1, 256, 0, h, D, F, topk, idx, n_experts, ew, int(f.blk), out);
+  if (routed)
+    c.go("smelt_moe_combine", cdiv(D, 256), unsigned(rows), 1, 256, 0, out, rw, idx, topk, n_experts, D, int(1),
+         l.out[0]);
+}
+
+void run_v4(Ctx& c) {
+  const OpLaunch& l = c.l;
+  const OpRef& op = c.op();
+  const int rows = l.rows;
+  const unsigned R = unsigned(rows);
+  switch (op.spec->kind) {
+    case OpKind::Embedding: {
+      const DeviceWeight* t = weight(l, 0);
+      const int64_t vocab = t && !t->shape.empty() ? t->shape[0] : 0;
+      const int D = int(l.out_w[0]);
+      c.go("smelt_embedding", cdiv(D, 256), R, 1, 256, 0, l.in[0], ptr(t), detail::float_dt(c, t, "embed"), vocab, D,
+           l.out[0]);
+      break;
+    }
+    case OpKind::HcInit: {
+      const int D = int(l.in_w[0]);
+      c.go("smelt_hc_init", cdiv(D, 256), R, unsigned(op.i("hc_mult")), 256, 0, l.in[0], l.out[0], D);
+      break;
+    }
+    case OpKind::HcMix: {
+      const int n = int(op.i("hc_mult")), len = int(l.in_w[0]), outs = (2 + n) * n;
+      if (n > 8) c.fail("hc_mult " + std::to_string(n) + " exceeds the cuda kernels' 8");
+      const DevPtr m = c.scratch(uint64_t(rows) * outs * 4);
+      const DeviceWeight *fn = weight(l, 0), *base = weight(l, 1), *scale = weight(l, 2);
+      c.go("smelt_hc_mix_logits", unsigned(outs), R, 1, 256, 0, l.in[0], len, ptr(fn), detail::float_dt(c, fn, "fn"),
+           float(op.f("norm_eps")), int(op.s("variant") == "v41"), m);
+      c.go("smelt_hc_sinkhorn", cdiv(rows, 32), 1, 1, 32, 0, m, rows, n, ptr(base), detail::float_dt(c, base, "base"),
+           ptr(scale), detail::float_dt(c, scale, "scale"), int(op.i("sinkhorn_iters")), float(op.f("hc_eps")),
+           l.out[0], l.out[1], l.out[2]);
+      break;
+    }
+    case OpKind::HcCollapse: {
+      const int D = int(l.out_w[0]);
+      c.go("smelt_hc_collapse", cdiv(D, 256), R, 1, 256, 0, l.in[0], l.in[1], int(op.i("hc_mult")), D, l.out[0]);
+      break;
+    }
+    case OpKind::HcExpand: {
+      const int D = int(l.in_w[1]);
+      c.go("smelt_hc_expand", cdiv(D, 256), R, unsigned(op.i("hc_mult")), 256, 0, l.in[0], l.in[1], l.in[2], l.in[3],
+           D, l.out[0]);
+      break;
+    }
+    case OpKind::HcHead: {
+      const int n = int(op.i("hc_mult")), D = int(l.out_w[0]);
+      const DevPtr m = c.scratch(uint64_t(rows) * n * 4);
+      const DeviceWeight *fn = weight(l, 0), *base = weight(l, 1), *scale = weight(l, 2);
+      c.go("smelt_hc_mix_logits", unsigned(n), R, 1, 256, 0, l.in[0], int(n * D), ptr(fn),
+           detail::float_dt(c, fn, "fn"), float(op.f("norm_eps")), int(0), m);
+      c.go("smelt_hc_head_collapse", cdiv(D, 256), R, 1, 256, 0, l.in[0], m, n, D, ptr(base),
+           detail::float_dt(c, base, "base"), ptr(scale), detail::float_dt(c, scale, "scale"), float(op.f("hc_eps")),
+           l.out[0]);
+      break;
+    }
+    case OpKind::RmsNorm: {
+      const int groups = int(op.i("groups")), len = int(l.in_w[0] / groups);
+      const DeviceWeight* w = weight(l, 0);
+      c.go("smelt_rms_norm", unsigned(rows * groups), 1, 1, 256, 0, l.in[0], l.out[0], ptr(w),
+           detail::float_dt(c, w, "weight"), len, float(op.f("eps")));
+      break;
+    }
+    case OpKind::Linear: {
+      const bool aq = !detail::attr_s(op, "act_quant").empty();
+      detail::linear(c, l.in[0], l.out[0], weight(l, 0), weight(l, 1), rows, int(l.in_w[0]), int(l.out_w[0]), aq,
+                     float(detail::attr_f(op, "scale_after", 1.0)), int(is_round(op)), "weight");
+      c.round_done = true;
+      break;
+    }
+    case OpKind::GroupedLinear: {
+      const int G = int(op.i("groups")), K = int(l.in_w[0] / G), N = int(l.out_w[0] / G);
+      const detail::LinearW f = detail::linear_format(c, weight(l, 0), weight(l, 1), "weight");
+      if (K % 8) c.fail("the cuda linear kernels need K % 8 == 0, got " + std::to_string(K));
+      const std::string name = std::string("smelt_linear_") + f.fmt;  // FP8 wo_a: exact dequant, fp32 (as cpu)
+      c.go(name.c_str(), cdiv(N, 8), unsigned(G), 1, 256, 0, l.in[0], l.out[0], ptr(weight(l, 0)), ptr(weight(l, 1)),
+           rows, K, N, int(f.blk), 1.0f, int(is_round(op)));
+      c.round_done = true;
+      break;
+    }
+    case OpKind::Rope: {
+      const detail::InvFreq f = detail::inv_freq_arg(c, detail::attr_s(op, "variant") == "v41");
+      c.go("smelt_rope", R, 1, 1, 128, 0, l.in[0], l.out[0], l.step, int(op.i("heads")), int(op.i("head_dim")),
+           int(op.i("rope_dim")), int(op.i("inverse") != 0), f);
+      break;
+    }
+    case OpKind::WindowKvUpdate:
+      c.go("smelt_window_kv_update", R, 1, 1, 128, 0, l.in[0], rows, int(l.in_w[0]), l.step, l.state[0],
+           int(l.state_rows[0]));
+      break;
+    case OpKind::Compressor: {
+      const int ratio = int(op.i("ratio")), hd = int(op.i("head_dim")), cw = (op.i("overlap") ? 2 : 1) * hd;
+      if (hd > 1024) c.fail("compressor head_dim " + std::to_string(hd) + " exceeds the cuda kernel's 1024");
+      const DevPtr kv = c.scratch(uint64_t(rows) * cw * 4), gate = c.scratch(uint64_t(rows) * cw * 4);
+      detail::linear(c, l.in[0], kv, weight(l, 0), nullptr, rows, int(l.in_w[0]), cw, false, 1.f, 0, "wkv");
+      detail::linear(c, l.in[0], gate, weight(l, 1), nullptr, rows, int(l.in_w[0]), cw, false, 1.f, 0, "wgate");
+      const detail::InvFreq f = detail::inv_freq_arg(c, false);
+      const DeviceWeight *ape = weight(l, 2), *norm = weight(l, 3);
+      c.go("smelt_compressor_emit", unsigned(rows / ratio + 1), 1, 1, 256, 0, kv, gate, rows, l.step, l.state[0],
+           int(l.state_rows[0]), l.state[1], int64_t(l.state_rows[1]), ptr(ape), detail::float_dt(c, ape, "ape"),
+           ptr(norm), detail::float_dt(c, norm, "norm"), ratio, hd, int(op.i("overlap") != 0), float(op.f("eps")),
+           int(op.i("rope_dim")), f);
+      c.go("smelt_compressor_ring_store", R, 1, 1, 256, 0, kv, gate, rows, cw, l.step, l.state[0],
+           int(l.state_rows[0]));
+      break;
+    }
+    case OpKind::IndexerTopk: {
+      const int H = int(op.i("heads")), hd = int(op.i("head_dim")), topk = int(op.i("topk"));
+      const int64_t S = l.state_rows[0];
+      if (topk > 2048) c.fail("topk " + std::to_string(topk) + " exceeds the cuda kernel's 2048");
+      if (int64_t(H) * hd * 4 > 48 * 1024) c.fail("indexer queries exceed 48 KiB of shared memory");
+      const DevPtr scores = c.scratch(uint64_t(rows) * uint64_t(S) * 4);
+      c.go("smelt_indexer_scores", cdiv(S, 8), R, 1, 256, unsigned(H * hd * 4), l.in[0], l.in[1], l.state[0], S,
+           l.step, H, hd, int(op.i("ratio")), float(std::pow(double(hd), -0.5)), float(std::pow(double(H), -0.5)),
+           scores);
+      c.go("smelt_indexer_topk", R, 1, 1, 1024, 0, scores, S, l.step, int(op.i("ratio")), topk, int(0), DevPtr(0),
+           int(0), int(1), l.out[0]);
+      break;
+    }
+    case OpKind::SparseAttention: {
+      AttnArgs a{};
+      a.q = l.in[0], a.chunk_kv = l.in[1], a.idx = l.in[2], a.k = l.in[2] ? int32_t(l.in_w[2]) : 0;
+      a.sink = ptr(weight(l, 0)), a.sink_dt = detail::float_dt(c, weight(l, 0), "sink");
+      a.ring = l.state[0], a.R = int32_t(l.state_rows[0]), a.window = int32_t(op.i("window"));
+      a.ratio = int32_t(op.i("ratio")), a.pool = l.state[1], a.pool_rows = l.state[1] ? l.state_rows[1] : 0;
+      a.hd = int32_t(op.i("head_dim")), a.scale = float(op.f("scale"));
+      a.v41 = op.s("numerics") == "v41", a.rb = detail::model_rounding(op), a.dspark = 0;
+      if (a.hd > 512) c.fail("head_dim " + std::to_string(a.hd) + " exceeds the cuda attention kernel's 512");
+      c.go("smelt_sparse_attention", R, unsigned(op.i("heads")), 1, 128, 0, a, l.step, rows, l.out[0]);
+      break;
+    }
+    case OpKind::MoeRoute: {
+      const DeviceWeight *gate = weight(l, 0), *bias = weight(l, 1), *t2e = weight(l, 2);
+      const int E = gate && !gate->shape.empty() ? int(gate->shape[0]) : 0;
+      const int K = int(op.i("topk"));
+      const std::string& s = op.s("scoring");
+      const int scoring = s == "softmax" ? 1 : s == "sigmoid" ? 2 : 0;
+      int t64 = 0;
+      int64_t vocab = 0;
+      if (t2e) {
+        if (t2e->dtype != smelt::plan::DType::I32 && t2e->dtype != smelt::plan::DType::I64)
+          c.fail("tid2eid must be I32 or I64 on the device");
+        t64 = t2e->dtype == smelt::plan::DType::I64;
+        vocab = t2e->shape.empty() ? 0 : t2e->shape[0];
+      }
+      if (E * 8 > 48 * 1024) c.fail("too many experts for the cuda router's shared memory");
+      c.go("smelt_moe_route", R, 1, 1, 256, unsigned(2 * E * 4), l.in[0], int(l.in_w[0]), ptr(gate),
+           detail::float_dt(c, gate, "gate"), E, ptr(bias), detail::float_dt(c, bias, "bias"), ptr(t2e), t64, vocab,
+           l.in[1], K, scoring, int(op.i("norm_topk_prob") != 0), float(op.f("route_scale")),
+           float(detail::attr_f(op, "gate_temp", 1.0)), l.out[0], l.out[1]);
+      break;
+    }
+    case OpKind::MoeExperts: run_experts(c, true); break;
+    case OpKind::SwigluMlp: run_experts(c, false); break;
+    case OpKind::Add: {
+      const int64_t n = int64_t(rows) * l.in_w[0];
+      c.go("smelt_add", unsigned(std::min<int64_t>(cdiv(n, 256), 4096)), 1, 1, 256, 0, l.in[0], l.in[1], l.out[0], n);
+      break;
+    }
+    default:
+      if (!detail::run_v41(c) && !detail::run_dspark(c)) c.fail("has no cuda launcher");
+  }
+}
+
+void run(Ctx& c) {
+  run_v4(c);
+  if (c.round_done || !is_round(c.op())) return;
+  for (size_t j = 0; j < std::size(c.l.out); ++j) {
+    if (!c.l.out[j] || j >= c.op().spec->outputs.size() || c.op().spec->outputs[j].type != 'f') continue;
+    const int64_t n = int64_t(c.l.rows) * c.l.out_w[j];
+    c.go("smelt_round_bf16_rows", unsigned(std::min<int64_t>(cdiv(n, 256), 4096)), 1, 1, 256, 0, c.l.out[j], n);
+  }
+}
+
+}  // namespace
+
+void prepare_op(const Plan& plan, const OpRef& op, int64_t max_rows, Prepare& out) {
+  // A dry run over a launch description built from the plan: same code path, no launches.
+  OpLaunch l;
+  l.plan = &plan;
+  l.op = &op;
+  l.rows = int(max_rows);
+  for (size_t j = 0; j < op.inputs.size() && j < 4; ++j)
+    if (op.inputs[j] >= 0) l.in_w[j] = plan.row_elems(op.inputs[j]), l.in[j] = 1;
+  for (size_t j = 0; j < op.outputs.size() && j < 3; ++j)
+    if (op.outputs[j] >= 0) l.out_w[j] = plan.row_elems(op.outputs[j]), l.out[j] = 1;
+  std::vector<DeviceWeight> ws(op.weights.size());
+  for (size_t j = 0; j < op.weights.size(); ++j) {
+    if (op.weights[j] < 0) {
+      l.w.push_back(nullptr);
+      continue;
+    }
+    ws[j].ptr = 0;
+    ws[j].dtype = plan.fb().weights()->Get(op.weights[j])->dtype();
+    ws[j].shape = plan.weight_shape(op.weights[j]);
+    l.w.push_back(&ws[j]);
+  }
+  for (size_t j = 0; j < op.states.size() && j < 4; ++j)
+    if (op.states[j] >= 0) {
+      const std::vector<int64_t> s = plan.state_shape(op.states[j]);
+      l.state[j] = 1, l.state_rows[j] = s[0], l.state_cols[j] = s.size() > 1 ? s[1] : 1;
+    }
+  Ctx c{l, true};
+  run(c);
+  out.scratch_bytes = c.used;
+}
+
+void run_op(const OpLaunch& l) {
+  Ctx c{l, false};
+  run(c);
+}
+
+bool has_launcher(const std::string& name) {
+  static const std::set<std::string> names = {
+      "smelt.embedding", "smelt.hc_init", "smelt.hc_mix", "smelt.hc_collapse", "smelt.hc_expand", "smelt.hc_head",
+      "smelt.rms_norm", "smelt.linear", "smelt.grouped_linear", "smelt.rope", "smelt.window_kv_update",
+      "smelt.compressor", "smelt.indexer_topk", "smelt.sparse_attention", "smelt.moe_route", "smelt.moe_experts",
+      "smelt.swiglu_mlp", "smelt.add", "smelt.fake_quant", "smelt.kv_compressor", "smelt.indexer_v41",
+      "smelt.engram_hash", "smelt.engram", "smelt.hc_mean", "smelt.capture", "smelt.concat",
+      "smelt.dspark_attention", "smelt.dspark_head"};
+  return names.count(name) > 0;
+}
+
+}  // namespace smelt::runtime::cuda

@@ -1,0 +1,98 @@
+// Shared helpers of the cuda launchers (runtime/cuda/ops*.cc): one code path per op serves both prepare_op
+// (a dry run that only sums the scratch the op carves) and run_op (the real launches), so the two can never
+// disagree about scratch sizes.
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "frontends/error.h"
+#include "runtime/cuda/launch.h"
+#include "runtime/plan.h"
+
+namespace smelt::runtime::cuda::detail {
+
+struct Ctx {
+  const OpLaunch& l;
+  bool dry = false;            // prepare: no launches, no device pointers
+  uint64_t used = 0;           // scratch bytes carved so far
+  bool round_done = false;     // the op applied its `round` attribute itself
+
+  const OpRef& op() const { return *l.op; }
+  [[noreturn]] void fail(const std::string& msg) const { l.plan->fail(*l.op, msg); }
+
+  // A piece of the op's scratch, 256-byte aligned.
+  DevPtr scratch(uint64_t bytes) {
+    const uint64_t off = (used + 255) / 256 * 256;
+    used = off + bytes;
+    return dry ? 0 : l.scratch + off;
+  }
+
+  template <class... Ts>
+  void go(const char* name, unsigned gx, unsigned gy, unsigned gz, unsigned block, unsigned shmem, const Ts&... args) {
+    if (dry || gx == 0 || gy == 0 || gz == 0) return;
+    void* a[] = {const_cast<void*>(static_cast<const void*>(&args))..., nullptr};
+    l.backend->launch(l, name, gx, gy, gz, block, shmem, a);
+  }
+};
+
+inline unsigned cdiv(int64_t a, int64_t b) { return unsigned((a + b - 1) / b); }
+
+// An attribute, "" / 0 / default when the op's spec does not list it (older plans, other ops).
+inline std::string attr_s(const OpRef& op, const char* name) {
+  auto it = op.attrs.find(name);
+  return it == op.attrs.end() ? std::string() : it->second.s;
+}
+inline int64_t attr_i(const OpRef& op, const char* name, int64_t dflt = 0) {
+  auto it = op.attrs.find(name);
+  return it == op.attrs.end() ? dflt : it->second.i;
+}
+inline double attr_f(const OpRef& op, const char* name, double dflt = 0.0) {
+  auto it = op.attrs.find(name);
+  return it == op.attrs.end() ? dflt : it->second.f;
+}
+// The V4.1 ops' internal bf16 roundings, off under numerics = "fp32".
+inline int model_rounding(const OpRef& op) { return attr_s(op, "numerics") == "fp32" ? 0 : 1; }
+
+// Float weight dtype code of the kernels (common.cuh WDType): 0 F32, 1 BF16, 2 F16.
+inline int float_dt(const Ctx& c, const DeviceWeight* w, const char* what) {
+  if (!w) return 0;
+  switch (w->dtype) {
+    case smelt::plan::DType::F32: return 0;
+    case smelt::plan::DType::BF16: return 1;
+    case smelt::plan::DType::F16: return 2;
+    default:
+      c.fail(std::string("weight ") + what + " has dtype " + std::string(plan_dtype_name(w->dtype)) +
+             "; the cuda kernels take F32, BF16 or F16 here");
+  }
+}
+inline DevPtr ptr(const DeviceWeight* w) { return w ? w->ptr : 0; }
+inline const DeviceWeight* weight(const OpLaunch& l, size_t j) { return j < l.w.size() ? l.w[j] : nullptr; }
+
+// RoPE inverse frequencies by value (kernels' InvFreq).
+struct InvFreq {
+  float v[256] = {};
+};
+InvFreq inv_freq_arg(const Ctx& c, bool v41);
+
+// Kernel-side layout of linear weights: format suffix and FP8 block.
+struct LinearW {
+  const char* fmt = "f32";  // f32 | bf16 | f16 | fp8 | fp4
+  bool quant = false;
+  int blk = 32;
+};
+LinearW linear_format(const Ctx& c, const DeviceWeight* w, const DeviceWeight* s, const char* what);
+
+// y = x W^T on `rows` rows (x row stride K), through the linear family's kernels; act quant when `aq` (needs
+// a quantized weight), bf16 output when `round`.
+void linear(Ctx& c, DevPtr x, DevPtr y, const DeviceWeight* w, const DeviceWeight* s, int rows, int K, int N, bool aq,
+            float scale_after, int round, const char* what);
+// xu / xs scratch + smelt_act_quant_b32 of x [rows, K].
+void act_quant(Ctx& c, DevPtr x, int rows, int K, DevPtr& xu, DevPtr& xs);
+
+// Ops of ops_v41.cc / ops_dspark.cc (false: not theirs).
+bool run_v41(Ctx& c);
+bool run_dspark(Ctx& c);
+
+}  // namespace smelt::runtime::cuda::detail

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Prepares, on a machine with the compiler (MLIR + NVRTC), everything scripts/gpu_test.sh needs on the GPU
+# machine (which has cmake, g++, CUDA, but no MLIR, GoogleTest, flatbuffers, nlohmann_json or CLI11):
+#   OUT/include/          header-only deps (flatbuffers, nlohmann, CLI) copied from this machine
+#   OUT/cmake/            a config for find_package(nlohmann_json)
+#   OUT/googletest/       GoogleTest sources (built there)
+#   OUT/plan_generated.h  flatc's output for schemas/plan.fbs, and OUT/flatc, a stand-in that copies it
+#   OUT/plans.tar.xz      GPU-test plans (--target h200) + manifest.txt + the V4.1 golden checkpoints
+# usage: scripts/gpu_plans.sh [OUT=gpu_carry]   (BUILD=build dir with smelt-compile, default build-cuda)
+# OUT is not committed (.gitignore); the lead carries it to the GPU machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-gpu_carry}
+BUILD=${BUILD:-build-cuda}
+SHARED=${SMELT_SHARED_DIR:-../shared}
+COMPILE=$BUILD/bin/smelt-compile
+[ -x "$COMPILE" ] || { echo "error: $COMPILE not built (cmake --build $BUILD --target smelt-compile)"; exit 1; }
+[ -f "$BUILD/schemas/plan_generated.h" ] || { echo "error: $BUILD/schemas/plan_generated.h missing"; exit 1; }
+
+rm -rf "$OUT"
+mkdir -p "$OUT/include" "$OUT/cmake/nlohmann_json" "$OUT/work/plans" "$OUT/work/models"
+cp -r /usr/include/flatbuffers /usr/include/nlohmann /usr/include/CLI "$OUT/include/"
+cp -r /usr/src/googletest "$OUT/googletest"
+cp "$BUILD/schemas/plan_generated.h" "$OUT/plan_generated.h"
+cat > "$OUT/cmake/nlohmann_json/nlohmann_jsonConfig.cmake" <<'CFG'
+# Header-only nlohmann_json carried to the GPU machine (scripts/gpu_plans.sh).
+if(NOT TARGET nlohmann_json::nlohmann_json)
+  add_library(nlohmann_json::nlohmann_json INTERFACE IMPORTED)
+  set_target_properties(nlohmann_json::nlohmann_json PROPERTIES
+    INTERFACE_INCLUDE_DIRECTORIES "${CMAKE_CURRENT_LIST_DIR}/../../include")
+endif()
+set(nlohmann_json_FOUND TRUE)
+CFG
+cat > "$OUT/cmake/nlohmann_json/nlohmann_jsonConfigVersion.cmake" <<'CFG'
+set(PACKAGE_VERSION 3.11.0)
+set(PACKAGE_VERSION_COMPATIBLE TRUE)
+CFG
+# flatc stand-in: schemas/CMakeLists.txt runs `$FLATC --cpp --scoped-enums -o DIR plan.fbs`.
+cat > "$OUT/flatc" <<'SH'
+#!/usr/bin/env bash
+# Copies the plan_generated.h made by the real flatc on the compiler machine (scripts/gpu_plans.sh).
+while [ $# -gt 0 ]; do [ "$1" = -o ] && { out=$2; shift; }; shift; done
+mkdir -p "$out" && cp "$(dirname "$0")/plan_generated.h" "$out/plan_generated.h"
+SH
+chmod +x "$OUT/flatc"
+
+ids() {  # ids FILE KEY [DROP_LAST]: comma-separated token ids from a reference .safetensors or tokens.json
+  python3 - "$@" <<'PY'
+import json, struct, sys
+path, key = sys.argv[1], sys.argv[2]
+drop = len(sys.argv) > 3
+if path.endswith(".json"):
+    v = json.load(open(path))[key]
+else:
+    f = open(path, "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n)); t = h[key]
+    assert t["dtype"] == "I64"; f.seek(8 + n + t["data_offsets"][0])
+    cnt = (t["data_offsets"][1] - t["data_offsets"][0]) // 8
+    v = list(struct.unpack("<%dq" % cnt, f.read(8 * cnt)))
+if drop: v = v[:-1]
+print(",".join(str(x) for x in v))
+PY
+}
+
+M="$OUT/work/manifest.txt"
+: > "$M"
+compile() {  # compile NAME MODEL_DIR TARGET [extra smelt-compile args]
+  local name=$1 model=$2 target=$3; shift 3
+  echo "== $name ($target)"
+  local log
+  log=$("$COMPILE" "$model" --target "$target" -o "$OUT/work/plans/$name.smelt" "$@" 2>&1) || { echo "$log" | tail -3; return 1; }
+  echo "$log" | tail -1
+}
+# V4 fixtures (checkpoints in the repository): fp32 everywhere, tolerance 1e-3 of the row's scale.
+for d in tests/golden/v4/*/; do
+  name=v4_$(basename "$d")
+  compile "$name" "$d" h200
+  echo "$name|plans/$name.smelt|${d%/}|$(ids "$d/reference.safetensors" prompt_ids)|$(ids "$d/reference.safetensors" continuation_ids)|1e-3" >> "$M"
+done
+# V4.1 goldens (outside the repository: the checkpoints travel in the archive). fp32 numerics: 1e-3 as for V4;
+# the model's numerics (bf16 roundings, per-token FP8 activation quantization): 5e-2, because a 1-ulp
+# difference before a rounding point moves a value by a whole bf16 / FP8 step (see docs/performance.md).
+for d in "$SHARED"/goldens/v41/*/; do
+  [ -f "$d/model.safetensors" ] && [ -f "$d/tokens.json" ] || continue
+  base=$(basename "$d")
+  mkdir -p "$OUT/work/models/$base" && cp "$d/model.safetensors" "$OUT/work/models/$base/"
+  prompt=$(ids "$d/tokens.json" prompt_ids) decode=$(ids "$d/tokens.json" greedy_ids drop_last)
+  if compile "v41_${base}_fp32" "$d" h200 --numerics fp32; then
+    echo "v41_${base}_fp32|plans/v41_${base}_fp32.smelt|models/$base|$prompt|$decode|1e-3" >> "$M"
+  else
+    echo "warning: v41_${base}_fp32 not compiled (skipped)"
+  fi
+  compile "v41_${base}" "$d" h200
+  echo "v41_${base}|plans/v41_${base}.smelt|models/$base|$prompt|$decode|5e-2" >> "$M"
+done
+# A plan for sm_80 only: on the H200 it must be refused with one sentence.
+compile arch_error examples/tiny-v4 sm_80
+echo "arch_error|plans/arch_error.smelt|examples/tiny-v4" >> "$M"
+
+# The real-shape bench plan (docs/performance.md): a 4-layer full-width V4.1-Flash slice from a sparse checkpoint
+# (headers only). With --synthetic-weights the GPU machine needs no checkpoint, only the plan.
+SLICE=$(mktemp -d)
+"$BUILD/bin/smelt-make-checkpoint" --config tests/frontend/data/deepseek-v4.1-flash/config.json --out "$SLICE" --layers 4 > /dev/null 2>&1
+compile bench_v41flash_slice4 "$SLICE" h200 --max-seq-len 8192
+rm -rf "$SLICE"
+
+tar -C "$OUT/work" -cJf "$OUT/plans.tar.xz" .
+rm -rf "$OUT/work"
+du -sh "$OUT"

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# On the GPU machine (cmake, g++, CUDA 13; no MLIR, GoogleTest, flatbuffers, nlohmann_json, CLI11): builds the
+# runtime, smelt-run and the GPU tests against the folder scripts/gpu_plans.sh prepared, runs `ctest -L gpu`
+# (the kernels' tests and the cuda-vs-cpu plan comparisons), then compute-sanitizer memcheck on one fixture.
+# usage: scripts/gpu_test.sh [CARRY=gpu_carry]   (BUILD=build dir, default build-gpu)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+CARRY=$(cd "${1:-gpu_carry}" && pwd)
+BUILD=${BUILD:-build-gpu}
+JOBS=${JOBS:-$(nproc)}
+export PATH=/usr/local/cuda/bin:$PATH
+
+# GoogleTest from the carried sources, installed beside the build.
+if [ ! -f "$BUILD/gtest/lib/cmake/GTest/GTestConfig.cmake" ] && [ ! -f "$BUILD/gtest/lib64/cmake/GTest/GTestConfig.cmake" ]; then
+  cmake -S "$CARRY/googletest" -B "$BUILD/gtest-build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$ROOT/$BUILD/gtest" \
+    -DBUILD_GMOCK=OFF > /dev/null
+  cmake --build "$BUILD/gtest-build" -j "$JOBS" --target install > /dev/null
+fi
+mkdir -p "$BUILD/gpu_plans"
+tar -C "$BUILD/gpu_plans" -xJf "$CARRY/plans.tar.xz"
+
+GEN=()
+command -v ninja > /dev/null && GEN=(-G Ninja)
+cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DSMELT_BUILD_COMPILER=OFF \
+  -DCMAKE_PREFIX_PATH="$ROOT/$BUILD/gtest" \
+  -DCMAKE_CXX_FLAGS="-isystem $CARRY/include" \
+  -Dnlohmann_json_DIR="$CARRY/cmake/nlohmann_json" \
+  -DFLATBUFFERS_INCLUDE_DIR="$CARRY/include" -DFLATC="$CARRY/flatc" \
+  -DSMELT_GPU_PLANS_DIR="$ROOT/$BUILD/gpu_plans"
+TARGETS=(smelt-run cuda_gpu_compare)
+grep -q "test_kernels_gpu" "$BUILD/CMakeCache.txt" "$BUILD"/build.ninja "$BUILD"/Makefile 2>/dev/null && TARGETS+=(test_kernels_gpu)
+cmake --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}"
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+status=0
+ctest --test-dir "$BUILD" -L gpu --output-on-failure || status=1
+
+# compute-sanitizer memcheck: one V4 fixture end to end (prefill chunks, decode graph replays, reset).
+line=$(grep '^v4_tiny_mixed|' "$BUILD/gpu_plans/manifest.txt")
+IFS='|' read -r name plan model prompt decode tol <<< "$line"
+decode_short=$(echo "$decode" | cut -d, -f1-6)
+echo "== compute-sanitizer memcheck: $name"
+SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/compute-sanitizer/compute-sanitizer 2>/dev/null || true)
+if [ -z "$SAN" ]; then
+  echo "error: compute-sanitizer not found (PATH, /usr/local/cuda/compute-sanitizer): memcheck not run"
+  status=1
+else
+  "$SAN" --tool memcheck --error-exitcode 3 --leak-check full \
+    "$BUILD/bin/cuda_gpu_compare" compare "$BUILD/gpu_plans/$plan" "$ROOT/$model" "$prompt" "$decode_short" "$tol" || status=1
+fi
+exit $status

@@ -1,0 +1,55 @@
+// The cuda backend's start-up decisions, without a GPU: the missing-driver sentence, and which cubin arch a
+// plan offers a GPU (or the one sentence refusing it), on a plan compiled for --target sm_80,sm_120.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "runtime/cuda/backend.h"
+#include "runtime/cuda/driver.h"
+#include "runtime/inspect.h"
+
+namespace cuda = smelt::runtime::cuda;
+
+TEST(CudaDriver, MissingDriverIsOneSentence) {
+  try {
+    cuda::load_driver("libsmelt_no_such_driver.so.1");
+    FAIL() << "expected an error";
+  } catch (const smelt::Error& e) {
+    EXPECT_STREQ(e.what(), "no CUDA driver found (libsmelt_no_such_driver.so.1): the cuda backend needs an NVIDIA GPU");
+  }
+}
+
+#ifdef SMELT_CUDA_TEST_PLAN
+TEST(CudaPlan, ArchChoiceAndRefusal) {
+  smelt::runtime::Plan plan = smelt::runtime::Plan::load(SMELT_CUDA_TEST_PLAN);
+  EXPECT_EQ(cuda::choose_arch(plan, "NVIDIA A100", 8, 0), "sm_80");
+  EXPECT_EQ(cuda::choose_arch(plan, "NVIDIA A10", 8, 6), "sm_80");  // same major, newer minor: binary compatible
+  EXPECT_EQ(cuda::choose_arch(plan, "NVIDIA RTX PRO 6000", 12, 0), "sm_120");
+  try {
+    cuda::choose_arch(plan, "NVIDIA H200", 9, 0);
+    FAIL() << "expected an error";
+  } catch (const smelt::Error& e) {
+    EXPECT_EQ(std::string(e.what()), std::string(SMELT_CUDA_TEST_PLAN) +
+                                         ": this plan has kernels for sm_80, sm_120; this GPU (NVIDIA H200) is sm_90: "
+                                         "compile with --target sm_90 or h200");
+  }
+}
+
+TEST(CudaPlan, InspectListsTheCubinsPerArch) {
+  smelt::runtime::Plan plan = smelt::runtime::Plan::load(SMELT_CUDA_TEST_PLAN);
+  auto j = smelt::runtime::inspect_json(plan);
+  ASSERT_TRUE(j.contains("kernels"));
+  for (const char* arch : {"sm_80", "sm_120", "compute_120"}) {
+    ASSERT_TRUE(j["kernels"].contains(arch)) << arch;
+    ASSERT_TRUE(j["kernels"][arch].contains("backend")) << arch;
+    EXPECT_GT(j["kernels"][arch]["backend"].get<uint64_t>(), 1000u) << arch;
+  }
+  EXPECT_FALSE(j["kernels"].contains("sm_90"));
+  EXPECT_EQ(j["kernels"]["sm_80"].size(), j["kernels"]["sm_120"].size());
+  // Every op was given a cuda kernel.
+  for (const auto& op : plan.ops()) {
+    std::string k = plan.fb().ops()->Get(op.index)->kernel()->str();
+    EXPECT_EQ(k.rfind("cuda.", 0), 0u) << op.where() << ": " << k;
+  }
+}
+#endif

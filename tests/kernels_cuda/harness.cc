@@ -1,0 +1,121 @@
+#include "tests/kernels_cuda/harness.h"
+
+#include <dlfcn.h>
+
+#include <cstring>
+
+#include "compiler/cuda/nvrtc.h"
+#include "frontends/error.h"
+
+namespace smelt::test_cuda {
+
+namespace {
+
+using CUresult = int;
+struct Api {
+  CUresult (*cuInit)(unsigned);
+  CUresult (*cuDeviceGet)(int*, int);
+  CUresult (*cuDeviceGetCount)(int*);
+  CUresult (*cuDeviceGetAttribute)(int*, int, int);
+  CUresult (*cuDevicePrimaryCtxRetain)(void**, int);
+  CUresult (*cuDevicePrimaryCtxRelease)(int);
+  CUresult (*cuCtxSetCurrent)(void*);
+  CUresult (*cuCtxSynchronize)();
+  CUresult (*cuMemAlloc)(DevPtr*, size_t);
+  CUresult (*cuMemFree)(DevPtr);
+  CUresult (*cuMemsetD8)(DevPtr, unsigned char, size_t);
+  CUresult (*cuMemcpyHtoD)(DevPtr, const void*, size_t);
+  CUresult (*cuMemcpyDtoH)(void*, DevPtr, size_t);
+  CUresult (*cuModuleLoadData)(void**, const void*);
+  CUresult (*cuModuleGetFunction)(void**, void*, const char*);
+  CUresult (*cuLaunchKernel)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*,
+                             void**, void**);
+};
+Api api;
+
+void check(CUresult r, const std::string& what) {
+  if (r != 0) throw Error("cuda test harness: " + what + " failed with CUresult " + std::to_string(r));
+}
+
+template <class F>
+void sym(void* lib, F& f, const char* name) {
+  f = reinterpret_cast<F>(dlsym(lib, name));
+  if (!f) throw Error(std::string("cuda test harness: libcuda has no ") + name);
+}
+
+}  // namespace
+
+Gpu::Gpu() {
+  lib_ = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib_) return;
+  sym(lib_, api.cuInit, "cuInit");
+  sym(lib_, api.cuDeviceGet, "cuDeviceGet");
+  sym(lib_, api.cuDeviceGetCount, "cuDeviceGetCount");
+  sym(lib_, api.cuDeviceGetAttribute, "cuDeviceGetAttribute");
+  sym(lib_, api.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+  sym(lib_, api.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2");
+  sym(lib_, api.cuCtxSetCurrent, "cuCtxSetCurrent");
+  sym(lib_, api.cuCtxSynchronize, "cuCtxSynchronize");
+  sym(lib_, api.cuMemAlloc, "cuMemAlloc_v2");
+  sym(lib_, api.cuMemFree, "cuMemFree_v2");
+  sym(lib_, api.cuMemsetD8, "cuMemsetD8_v2");
+  sym(lib_, api.cuMemcpyHtoD, "cuMemcpyHtoD_v2");
+  sym(lib_, api.cuMemcpyDtoH, "cuMemcpyDtoH_v2");
+  sym(lib_, api.cuModuleLoadData, "cuModuleLoadData");
+  sym(lib_, api.cuModuleGetFunction, "cuModuleGetFunction");
+  sym(lib_, api.cuLaunchKernel, "cuLaunchKernel");
+  int n = 0;
+  if (api.cuInit(0) != 0 || api.cuDeviceGetCount(&n) != 0 || n < 1) return;
+  check(api.cuDeviceGet(&dev_, 0), "cuDeviceGet");
+  int major = 0, minor = 0;
+  check(api.cuDeviceGetAttribute(&major, 75, dev_), "compute capability");  // CU_DEVICE_ATTRIBUTE_..._MAJOR
+  check(api.cuDeviceGetAttribute(&minor, 76, dev_), "compute capability");
+  arch_ = "sm_" + std::to_string(major * 10 + minor);
+  check(api.cuDevicePrimaryCtxRetain(&ctx_, dev_), "cuDevicePrimaryCtxRetain");
+  check(api.cuCtxSetCurrent(ctx_), "cuCtxSetCurrent");
+  ok_ = true;
+}
+
+Gpu::~Gpu() {
+  if (!ok_) return;
+  for (DevPtr p : allocs_) api.cuMemFree(p);
+  api.cuDevicePrimaryCtxRelease(dev_);
+}
+
+DevPtr Gpu::alloc(size_t bytes) {
+  DevPtr p = 0;
+  check(api.cuMemAlloc(&p, bytes ? bytes : 16), "cuMemAlloc");
+  check(api.cuMemsetD8(p, 0, bytes ? bytes : 16), "cuMemsetD8");
+  allocs_.push_back(p);
+  return p;
+}
+
+void Gpu::upload(DevPtr dst, const void* src, size_t bytes) { check(api.cuMemcpyHtoD(dst, src, bytes), "upload"); }
+void Gpu::download(void* dst, DevPtr src, size_t bytes) { check(api.cuMemcpyDtoH(dst, src, bytes), "download"); }
+
+void Gpu::launch_raw(const std::string& family, const char* name, unsigned gx, unsigned gy, unsigned gz,
+                     unsigned block, unsigned shmem, void** args) {
+  auto it = modules_.find(family);
+  if (it == modules_.end()) {
+    cuda_compile::Image img = cuda_compile::compile(cuda_compile::kernel_source(family), arch_);
+    void* m = nullptr;
+    check(api.cuModuleLoadData(&m, img.bytes.data()), "loading the " + family + " module");
+    it = modules_.emplace(family, m).first;
+  }
+  void* f = nullptr;
+  check(api.cuModuleGetFunction(&f, it->second, name), std::string("finding ") + name);
+  check(api.cuLaunchKernel(f, gx, gy, gz, block, 1, 1, shmem, nullptr, args, nullptr), std::string("launching ") + name);
+  check(api.cuCtxSynchronize(), std::string("running ") + name);
+}
+
+DevPtr step_info(Gpu& g, int64_t p0, int rows) {
+  struct {
+    int64_t p0;
+    int32_t rows, pad;
+  } s{p0, rows, 0};
+  DevPtr p = g.alloc(sizeof s);
+  g.upload(p, &s, sizeof s);
+  return p;
+}
+
+}  // namespace smelt::test_cuda

@@ -1,0 +1,61 @@
+// A small NVRTC + CUDA driver API harness for the kernel tests: libcuda is loaded with dlopen (tests only),
+// the kernel families are compiled with smelt_nvrtc for the device's own arch, buffers are plain device
+// allocations. Throws smelt::Error on any failure.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace smelt::test_cuda {
+
+using DevPtr = unsigned long long;
+
+class Gpu {
+ public:
+  // Opens device 0; `available()` is false (and nothing else may be called) when there is no GPU.
+  Gpu();
+  ~Gpu();
+  bool available() const { return ok_; }
+  std::string arch() const { return arch_; }
+
+  DevPtr alloc(size_t bytes);  // zero-filled
+  void upload(DevPtr dst, const void* src, size_t bytes);
+  void download(void* dst, DevPtr src, size_t bytes);
+  template <class T>
+  DevPtr put(const std::vector<T>& v) {
+    DevPtr p = alloc(v.size() * sizeof(T) + 16);
+    upload(p, v.data(), v.size() * sizeof(T));
+    return p;
+  }
+  template <class T>
+  std::vector<T> get(DevPtr p, size_t n) {
+    std::vector<T> v(n);
+    download(v.data(), p, n * sizeof(T));
+    return v;
+  }
+
+  // Launches kernel `name` of family `family` (compiled once per family) and waits for it.
+  template <class... Ts>
+  void launch(const std::string& family, const char* name, unsigned gx, unsigned gy, unsigned gz, unsigned block,
+              unsigned shmem, const Ts&... args) {
+    void* a[] = {const_cast<void*>(static_cast<const void*>(&args))..., nullptr};
+    launch_raw(family, name, gx, gy, gz, block, shmem, a);
+  }
+  void launch_raw(const std::string& family, const char* name, unsigned gx, unsigned gy, unsigned gz, unsigned block,
+                  unsigned shmem, void** args);
+
+ private:
+  bool ok_ = false;
+  std::string arch_;
+  void* lib_ = nullptr;
+  void* ctx_ = nullptr;
+  int dev_ = 0;
+  std::map<std::string, void*> modules_;
+  std::vector<DevPtr> allocs_;
+};
+
+// StepInfo in device memory (runtime/cuda/launch.h).
+DevPtr step_info(Gpu& g, int64_t p0, int rows);
+
+}  // namespace smelt::test_cuda

@@ -1,0 +1,58 @@
+// CI (no GPU needed): every kernel family compiles with NVRTC for every arch a plan may target, and entry
+// point names are unique across families (the backend looks kernels up by name in all of the plan's modules).
+#include <gtest/gtest.h>
+
+#include <map>
+#include <regex>
+#include <set>
+
+#include "compiler/cuda/nvrtc.h"
+
+namespace {
+
+using smelt::cuda_compile::kernel_source;
+using smelt::cuda_compile::kernel_sources;
+
+std::set<std::string> families() {
+  std::set<std::string> f;
+  for (const auto& s : kernel_sources()) f.insert(s.family);
+  return f;
+}
+
+TEST(KernelsNvrtc, EveryFamilyCompilesForEveryArch) {
+  if (!smelt::cuda_compile::available()) GTEST_SKIP() << "built without NVRTC";
+  ASSERT_FALSE(families().empty());
+  for (const std::string& fam : families())
+    for (const char* arch : {"sm_80", "sm_90", "sm_120"}) {
+      smelt::cuda_compile::Image img;
+      ASSERT_NO_THROW(img = smelt::cuda_compile::compile(kernel_source(fam), arch)) << fam << " " << arch;
+      EXPECT_GT(img.bytes.size(), 64u) << fam << " " << arch;
+      EXPECT_EQ(img.format, "cubin");
+    }
+}
+
+TEST(KernelsNvrtc, PtxForTheOldestArch) {
+  if (!smelt::cuda_compile::available()) GTEST_SKIP() << "built without NVRTC";
+  for (const std::string& fam : families()) EXPECT_NO_THROW(smelt::cuda_compile::compile(kernel_source(fam), "compute_80")) << fam;
+}
+
+TEST(KernelsNvrtc, EntryPointsAreUniqueAndNamedByFamily) {
+  std::map<std::string, std::string> seen;  // entry point -> family
+  const std::regex entry(R"(extern "C" __global__ void (smelt_[a-z0-9_]+)\()");
+  for (const auto& s : kernel_sources())
+    for (std::sregex_iterator it(s.text.begin(), s.text.end(), entry), end; it != end; ++it) {
+      const std::string name = (*it)[1];
+      auto [at, fresh] = seen.emplace(name, s.family);
+      EXPECT_TRUE(fresh) << name << " is defined by " << at->second << " and " << s.family;
+    }
+  // The families the launchers use, each with its main entry point.
+  for (const char* name : {"smelt_linear_bf16", "smelt_linear_fp8_aq", "smelt_linear_fp4_aq", "smelt_act_quant_b32",
+                           "smelt_rms_norm", "smelt_rope", "smelt_hc_mix_logits", "smelt_hc_sinkhorn",
+                           "smelt_sparse_attention", "smelt_window_kv_update", "smelt_compressor_emit",
+                           "smelt_kv_compressor_emit", "smelt_indexer_topk", "smelt_moe_route", "smelt_moe_combine",
+                           "smelt_fake_quant", "smelt_engram_hash", "smelt_engram_gate", "smelt_dspark_pick",
+                           "smelt_embedding", "smelt_add", "smelt_write_u64"})
+    EXPECT_TRUE(seen.count(name)) << name;
+}
+
+}  // namespace

@@ -511,7 +511,12 @@ void check_op_shapes(const Plan& plan, const OpRef& op) {
       break;
     }
     case OpKind::MoeExperts: {
-      int64_t e = c.attr("n_experts", 1), k = c.attr("topk", 1, e), d = c.in(0);
+      // An expert-parallel rank (n_routed > 0): it holds experts expert_begin .. expert_begin+n_experts-1 of the
+      // model's n_routed; topk counts the model's experts.
+      int64_t e = c.attr("n_experts", 1), routed = c.attr("n_routed", 0);
+      int64_t b = c.attr("expert_begin", 0, routed ? routed - e : 0);
+      int64_t k = c.attr("topk", 1, routed ? routed : e), d = c.in(0);
+      (void)b;
       c.fattr("swiglu_limit", -1e30);
       c.swiglu_variant();
       auto w1 = c.weight2(0);

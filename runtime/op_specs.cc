@@ -60,7 +60,8 @@ std::vector<OpSpec> build() {
   s.push_back({OpKind::MoeExperts, "smelt.moe_experts", {{"x"}, {"weights"}, {"idx", 'i'}}, {{"y"}},
                {{"w1", 'q'}, {"w2", 'q'}, {"w3", 'q'}}, {},
                {{"n_experts", I, true}, {"topk", I, true}, {"swiglu_limit", F, false, 0.0}, {"act_quant", S, false},
-                {"variant", S, false}},
+                {"variant", S, false}, {"expert_begin", I, false, 0.0},
+                {"n_routed", I, false, 0.0}},
                true, false, true});
   s.push_back({OpKind::SwigluMlp, "smelt.swiglu_mlp", {{"x"}}, {{"y"}}, {{"w1", 'q'}, {"w2", 'q'}, {"w3", 'q'}}, {},
                {{"swiglu_limit", F, false, 0.0}, {"act_quant", S, false}, {"variant", S, false}}, false, false, true});

@@ -208,11 +208,14 @@ def Smelt_MoeExpertsOp : Smelt_ComputeOp<"moe_experts"> {
     `experts` lists e0.w1, e0.w2, e0.w3, e1.w1, ...; with `act_quant` (quantized experts) each weight is
     followed by its scale: e0.w1, e0.w1.scale, e0.w2, e0.w2.scale, e0.w3, e0.w3.scale, ... `variant` "v41":
     the reference's rounding points (routing weight applied before w2, bf16 expert outputs, fp32 sum).
+    Expert-parallel ranks (smelt-partition) set `n_routed` (the model's expert count) and `expert_begin`: the
+    list then holds experts expert_begin .. expert_begin+n_experts-1 and other rows' experts contribute nothing.
   }];
   let arguments = !con((ins Smelt_Rows:$x, Smelt_Rows:$weights, Smelt_IRows:$idx,
                             TypedArrayAttrBase<FlatSymbolRefAttr, "expert weights e0.w1, e0.w2, e0.w3, ...">:$experts,
                             Smelt_I64:$n_experts, Smelt_I64:$topk, F64Attr:$swiglu_limit,
-                            OptionalAttr<StrAttr>:$act_quant, OptionalAttr<StrAttr>:$variant), CommonAttrs);
+                            OptionalAttr<StrAttr>:$act_quant, OptionalAttr<StrAttr>:$variant,
+                            OptionalAttr<Smelt_I64>:$n_routed, OptionalAttr<Smelt_I64>:$expert_begin), CommonAttrs);
   let results = (outs Smelt_Rows:$y);
 }
 

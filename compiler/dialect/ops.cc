@@ -252,7 +252,10 @@ LogicalResult MoeExpertsOp::verify() {
   if (failed(verify_rows(*this)) || failed(expect_positive(*this, getNExperts(), "n_experts")) ||
       failed(expect_positive(*this, getTopk(), "topk")))
     return failure();
-  if (getTopk() > getNExperts()) return emitOpError() << "topk " << getTopk() << " exceeds n_experts " << getNExperts();
+  const int64_t routed = getNRouted().value_or(getNExperts()), begin = getExpertBegin().value_or(0);
+  if (routed < getNExperts() || begin < 0 || begin + getNExperts() > routed)
+    return emitOpError() << "experts " << begin << ".." << begin + getNExperts() << " are not within n_routed " << routed;
+  if (getTopk() > routed) return emitOpError() << "topk " << getTopk() << " exceeds the model's " << routed << " experts";
   if (failed(expect_one_of(*this, "act_quant", {"fp8_e4m3_b32"})) || failed(expect_one_of(*this, "variant", {"v41"})))
     return failure();
   // Quantized experts (each weight followed by its scale) are the v41 variant; act_quant is set unless

@@ -1,7 +1,8 @@
 // The TP rewrite of one rank's function (partition.h): attention by whole output groups (wq_b rows, sinks, wo_a
-// rows, wo_b columns -> partial + all_reduce), routed and shared experts by intermediate width (w1/w3 rows, w2
-// columns; one all_reduce of routed + shared per FFN), embedding by columns + all_gather, head by vocab rows +
-// all_gather. Everything else (KV, compressors, indexer, Engram, mHC, norms, routing) stays replicated.
+// rows, wo_b columns -> partial + all_reduce), V4 routed and shared experts by intermediate width (w1/w3 rows, w2
+// columns; one all_reduce of routed + shared per FFN), V4.1 quantized routed experts by whole experts (expert
+// parallel, all_reduce, then the replicated shared expert added), embedding by columns + all_gather, head by vocab
+// rows + all_gather. Everything else (KV, compressors, indexer, Engram, mHC, norms, routing) stays replicated.
 #include "compiler/passes/partition.h"
 
 #include "compiler/passes/shard.h"
@@ -151,6 +152,23 @@ struct Rewriter {
     return "";
   }
 
+  // V4.1's quantized experts go whole to one rank each (expert parallel, in proportion to the shares): every
+  // expert's output is then computed and rounded to bf16 exactly as on one rank and only the fp32 sum over
+  // experts changes order. A width split would round each rank's partial w2 product to bf16 instead, which the
+  // FP8 activation quantizers downstream amplify well past the fixtures' bounds.
+  void experts_ep(MoeExpertsOp e, bool& alive) {
+    auto list = e.getExperts();
+    const int64_t n = e.getNExperts(), per = int64_t(list.size()) / n;
+    shard::Range x = shard::split(n, 1, r.shares, false)[r.tp_rank];
+    alive = x.size() > 0;
+    if (!alive) return;
+    llvm::SmallVector<mlir::Attribute> out(list.begin() + x.begin * per, list.begin() + x.end * per);
+    e.setExpertsAttr(mlir::ArrayAttr::get(e.getContext(), out));
+    set_i64(e, "n_routed", n);
+    set_i64(e, "n_experts", x.size());
+    set_i64(e, "expert_begin", x.begin);
+  }
+
   std::string shared(SwigluMlpOp s, bool& alive) {
     auto q = [&](const char* w, const char* sc) {
       return shard::Quantized{lookup(module, s->getAttr(w)), lookup(module, s->getAttr(sc))};
@@ -166,6 +184,16 @@ struct Rewriter {
   // One FFN: routed experts and / or the shared expert, summed by an add; one all_reduce of the partials.
   std::string ffn(MoeExpertsOp e, SwigluMlpOp s, AddOp add) {
     bool e_alive = false, s_alive = false;
+    if (e && e.getVariant() && *e.getVariant() == "v41") {
+      // Expert parallel: all_reduce the routed sum alone; the shared expert stays whole on every rank and is
+      // added after it (the reference's order: routed fp32 sum, then + shared, then bf16).
+      experts_ep(e, e_alive);
+      mlir::Attribute round = e->getAttr("round");
+      e->removeAttr("round");
+      all_reduce(e, e.getY(), e_alive ? e.getY() : Value(), round);
+      if (!e_alive) e->erase();
+      return "";
+    }
     if (e)
       if (std::string err = experts(e, e_alive); !err.empty()) return err;
     if (s)

@@ -79,7 +79,7 @@ void swiglu_mlp(const float* x, int rows, int dim, int inter, const float* w1, c
 
 void moe_experts(const float* x, int rows, int dim, int inter, const float* const* w1, const float* const* w2,
                  const float* const* w3, int n_experts, const float* weights, const int32_t* idx, int topk,
-                 float limit, float* y) {
+                 float limit, float* y, int expert_begin) {
   std::fill(y, y + int64_t(rows) * dim, 0.0f);
   std::vector<int64_t> hits;  // (row, slot) pairs routed to the current expert, as r * topk + t
   std::vector<float> xb, yb;
@@ -87,7 +87,7 @@ void moe_experts(const float* x, int rows, int dim, int inter, const float* cons
   for (int e = 0; e < n_experts; ++e) {
     hits.clear();
     for (int64_t rt = 0; rt < int64_t(rows) * topk; ++rt)
-      if (idx[rt] == e) hits.push_back(rt);
+      if (idx[rt] == e + expert_begin) hits.push_back(rt);
     if (hits.empty()) continue;
     const int m = int(hits.size());
     xb.resize(size_t(m) * dim);
@@ -136,7 +136,7 @@ void swiglu_mlp_v41(const float* x, int rows, int dim, int inter, const QuantWei
 
 void moe_experts_v41(const float* x, int rows, int dim, int inter, const QuantWeight* w1, const QuantWeight* w2,
                      const QuantWeight* w3, int n_experts, const float* weights, const int32_t* idx, int topk,
-                     float limit, float* y, bool model_numerics) {
+                     float limit, float* y, bool model_numerics, int expert_begin) {
   std::fill(y, y + int64_t(rows) * dim, 0.0f);
   std::vector<int> tok;
   std::vector<float> xs, ws, ys;
@@ -146,7 +146,7 @@ void moe_experts_v41(const float* x, int rows, int dim, int inter, const QuantWe
     ws.clear();
     for (int r = 0; r < rows; ++r)
       for (int t = 0; t < topk; ++t)
-        if (idx[int64_t(r) * topk + t] == e) {
+        if (idx[int64_t(r) * topk + t] == e + expert_begin) {
           tok.push_back(r);
           ws.push_back(weights[int64_t(r) * topk + t]);
           break;

@@ -32,10 +32,12 @@ void moe_route(const MoeRouteArgs& a, float* weights, int32_t* idx);
 void swiglu_mlp(const float* x, int rows, int dim, int inter, const float* w1, const float* w2, const float* w3,
                 float limit, float* y);
 
-// y[r] = sum_i weights[r,i] * expert_{idx[r,i]}(x[r]); w1/w2/w3 are per-expert pointer arrays.
+// y[r] = sum_i weights[r,i] * expert_{idx[r,i]}(x[r]); w1/w2/w3 are per-expert pointer arrays. With
+// expert_begin (expert-parallel plans) the arrays hold experts expert_begin .. expert_begin+n_experts-1 and
+// rows routed to other experts get nothing from them (both kernels below).
 void moe_experts(const float* x, int rows, int dim, int inter, const float* const* w1, const float* const* w2,
                  const float* const* w3, int n_experts, const float* weights, const int32_t* idx, int topk,
-                 float limit, float* y);
+                 float limit, float* y, int expert_begin = 0);
 
 // ---- V4.1 (official inference code `Expert` / `MoE.forward`) ------------------------------------------
 // model_numerics false (smelt-numerics{mode=fp32}): no activation quantization and no bf16 rounding below.
@@ -54,6 +56,6 @@ void swiglu_mlp_v41(const float* x, int rows, int dim, int inter, const QuantWei
 // and rounds the total to bf16 (the caller's `add` with round). w1/w2/w3 are per-expert arrays.
 void moe_experts_v41(const float* x, int rows, int dim, int inter, const QuantWeight* w1, const QuantWeight* w2,
                      const QuantWeight* w3, int n_experts, const float* weights, const int32_t* idx, int topk,
-                     float limit, float* y, bool model_numerics = true);
+                     float limit, float* y, bool model_numerics = true, int expert_begin = 0);
 
 }  // namespace smelt::kernels

@@ -78,7 +78,7 @@ struct PreparedOp {
   kernels::IndexerArgs indexer;
   kernels::MoeRouteArgs route;
   std::vector<const float*> w1, w2, w3;  // moe experts
-  int n_experts = 0, topk = 0, inter = 0;
+  int n_experts = 0, topk = 0, inter = 0, expert_begin = 0, n_routed = 0;  // moe (EP: n_routed > n_experts)
   // V4.1
   kernels::QuantWeight qw;                          // linear on a quantized weight (qw.weight != nullptr)
   bool act_quant = false;

@@ -113,13 +113,15 @@ void run_moe_route(const PreparedOp& p, const ExecContext& c) {
 }
 
 void run_moe_experts(const PreparedOp& p, const ExecContext& c) {
-  check_indices(p, p.in_i[2], int64_t(c.rows) * p.topk, 0, p.n_experts, "expert index");
+  // An expert-parallel rank holds experts expert_begin .. +n_experts; the route names any expert of the model.
+  check_indices(p, p.in_i[2], int64_t(c.rows) * p.topk, 0, p.n_routed, "expert index");
   if (!p.q1.empty())
     kernels::moe_experts_v41(p.in[0], c.rows, int(p.in_w[0]), p.inter, p.q1.data(), p.q2.data(), p.q3.data(),
-                             p.n_experts, p.in[1], p.in_i[2], p.topk, p.limit, p.out[0], p.model_numerics);
+                             p.n_experts, p.in[1], p.in_i[2], p.topk, p.limit, p.out[0], p.model_numerics,
+                             p.expert_begin);
   else
     kernels::moe_experts(p.in[0], c.rows, int(p.in_w[0]), p.inter, p.w1.data(), p.w2.data(), p.w3.data(),
-                         p.n_experts, p.in[1], p.in_i[2], p.topk, p.limit, p.out[0]);
+                         p.n_experts, p.in[1], p.in_i[2], p.topk, p.limit, p.out[0], p.expert_begin);
 }
 
 void run_swiglu_mlp(const PreparedOp& p, const ExecContext& c) {
@@ -289,6 +291,8 @@ void prepare_op(const Plan& plan, const OpRef& op, PreparedOp& p) {
     case OpKind::MoeExperts:
       p.run = run_moe_experts;
       p.n_experts = int(op.i("n_experts"));
+      p.expert_begin = int(op.i("expert_begin"));
+      p.n_routed = int(op.i("n_routed") ? op.i("n_routed") : op.i("n_experts"));
       p.topk = int(op.i("topk"));
       p.limit = float(op.f("swiglu_limit"));
       p.inter = int(plan.weight_shape(op.weights[0])[0]);

@@ -171,7 +171,8 @@ CudaBackend::CudaBackend(const Plan& plan, const BackendOptions& o) : plan_(plan
         }
       round_[k] = op.s("round") == "bf16";
     }
-    graphs_ = o.graphs && !env_off("SMELT_CUDA_GRAPHS");
+    // SMELT_CUDA_SYNC synchronises after every op, which a graph capture forbids.
+    graphs_ = o.graphs && !env_off("SMELT_CUDA_GRAPHS") && !env_on("SMELT_CUDA_SYNC");
   } catch (...) {
     release();
     throw;

@@ -150,6 +150,9 @@ void run_experts(Ctx& c, bool routed) {
   const int n_experts = routed ? int(op.i("n_experts")) : 1;
   const int topk = routed ? int(op.i("topk")) : 1;
   const float limit = float(op.f("swiglu_limit"));
+  if (routed && op.i("n_routed") > 0)
+    c.fail("expert-parallel experts (a partitioned plan's n_routed / expert_begin) are not supported by the cuda "
+           "backend yet; run partitioned plans on the cpu backend");
   const DeviceWeight* w1 = weight(l, 0);
   const DeviceWeight* s1 = scaled ? weight(l, 1) : nullptr;
   if (!w1 || w1->shape.empty()) c.fail("expert weight w1 is missing");

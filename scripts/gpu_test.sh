@@ -36,6 +36,21 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader ||
 status=0
 ctest --test-dir "$BUILD" -L gpu --output-on-failure || status=1
 
+# A failing plan comparison: bisect that plan op by op (identical inputs into both backends before every op)
+# and print the first ops whose outputs or states differ.
+FAILED_LOG="$BUILD/Testing/Temporary/LastTestsFailed.log"
+if [ "$status" != 0 ] && [ -f "$FAILED_LOG" ]; then
+  for t in $(sed -n 's/^[0-9]*:gpu\.//p' "$FAILED_LOG"); do
+    line=$(grep "^$t|" "$BUILD/gpu_plans/manifest.txt" || true)
+    IFS='|' read -r name plan model prompt decode tol <<< "$line"
+    [ -n "${tol:-}" ] || continue
+    case "$model" in models/*) model="$BUILD/gpu_plans/$model" ;; *) model="$ROOT/$model" ;; esac
+    echo "== bisect: $name"
+    timeout 600 "$BUILD/bin/cuda_gpu_compare" bisect "$BUILD/gpu_plans/$plan" "$model" "$prompt" "$decode" "$tol" 16 12 \
+      | grep -v '^chunk .*: 0 of' | head -60 || true
+  done
+fi
+
 # compute-sanitizer memcheck: one V4 fixture end to end (prefill chunks, decode graph replays, reset).
 line=$(grep '^v4_tiny_mixed|' "$BUILD/gpu_plans/manifest.txt")
 IFS='|' read -r name plan model prompt decode tol <<< "$line"

@@ -68,3 +68,13 @@ extern "C" __global__ void smelt_round_bf16(float* x, u64 n) {
     x[i] = __uint_as_float(u & 0xffff0000u);
   }
 }
+
+// Busy-waits `ns` nanoseconds of GPU time (the global timer): `smelt-run bench` holds the stream with it while the
+// host queues a profiled step, so the per-kernel events measure GPU time, not launch gaps.
+extern "C" __global__ void smelt_spin_ns(u64 ns) {
+  u64 t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+}

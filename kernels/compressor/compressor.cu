@@ -165,7 +165,7 @@ extern "C" __global__ void smelt_kv_compressor_emit(const float* kv, const float
     rope_shared(work, dI, rope_dim, f, pos);
     for (int c = threadIdx.x; c < dI; c += blockDim.x) work[c] = rnd(work[c]);
     __syncthreads();
-    qdq_shared(work, dI, 32, true);
+    if (rb) qdq_shared(work, dI, 32, true);  // fake quant only with the model's numerics
     for (int c = threadIdx.x; c < dI; c += blockDim.x) index_pool[j * dI + c] = work[c];
     __syncthreads();
   }
@@ -174,6 +174,6 @@ extern "C" __global__ void smelt_kv_compressor_emit(const float* kv, const float
   rope_shared(work, hd, rope_dim, f, pos);
   for (int c = threadIdx.x; c < hd; c += blockDim.x) work[c] = rnd(work[c]);
   __syncthreads();
-  qdq_shared(work, hd, 16, false);
+  if (rb) qdq_shared(work, hd, 16, false);
   for (int c = threadIdx.x; c < hd; c += blockDim.x) pool[j * hd + c] = work[c];
 }

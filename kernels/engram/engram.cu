@@ -75,9 +75,10 @@ extern "C" __global__ void smelt_engram_gather(const i32* hashes, int stride, co
 }
 
 // Gate per (row, copy c): X/out [T, n*D], kv [T, (n+1)*D] (keys then value, bf16 values), q_weight / k_weight
-// [n, D]. out = bf16(h + gate * value). grid (n, T), block 256. out may alias X.
+// [n, D]. out = bf16(h + gate * value) (rb = 0, numerics fp32: not rounded). grid (n, T), block 256. out may
+// alias X.
 extern "C" __global__ void smelt_engram_gate(const float* X, const float* kv, const void* qw, int qdt, const void* kw,
-                                             int kdt, int D, float eps, float inv_sqrt_dim, float* out) {
+                                             int kdt, int D, float eps, float inv_sqrt_dim, int rb, float* out) {
   __shared__ double red[32];
   const int c = blockIdx.x, n = gridDim.x;
   const i64 r = blockIdx.y;
@@ -100,5 +101,8 @@ extern "C" __global__ void smelt_engram_gate(const float* X, const float* kv, co
   const float mag = __fsqrt_rn(a > 1e-6f ? a : 1e-6f);
   const float gate = __fdiv_rn(1.f, 1.f + expf(-copysignf(mag, g)));
   float* o = out + (r * n + c) * D;
-  for (int d = threadIdx.x; d < D; d += blockDim.x) o[d] = round_bf16(__fadd_rn(h[d], __fmul_rn(gate, value[d])));
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    const float v = __fadd_rn(h[d], __fmul_rn(gate, value[d]));
+    o[d] = rb ? round_bf16(v) : v;
+  }
 }

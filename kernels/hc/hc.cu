@@ -136,12 +136,13 @@ extern "C" __global__ void smelt_hc_expand(const float* X, const float* y, const
   out[(r * n + k) * D + d] = __fadd_rn(__fmul_rn(post[r * n + k], y[r * D + d]), s);
 }
 
-// m[r, d] = bf16(sum_c X[r, c, d] / n). grid (ceil(D/256), rows).
-extern "C" __global__ void smelt_hc_mean(const float* X, int n, int D, float* m) {
+// m[r, d] = bf16(sum_c X[r, c, d] / n) (rb = 0, numerics fp32: not rounded). grid (ceil(D/256), rows).
+extern "C" __global__ void smelt_hc_mean(const float* X, int n, int D, int rb, float* m) {
   const i64 r = blockIdx.y;
   const int d = blockIdx.x * blockDim.x + threadIdx.x;
   if (d >= D) return;
   float s = 0.f;
   for (int c = 0; c < n; ++c) s = __fadd_rn(s, X[(r * n + c) * D + d]);
-  m[r * D + d] = round_bf16(__fdiv_rn(s, float(n)));
+  const float v = __fdiv_rn(s, float(n));
+  m[r * D + d] = rb ? round_bf16(v) : v;
 }

@@ -157,6 +157,19 @@ void CpuBackend::run_ops(const std::vector<PreparedOp>& ops, int64_t p0, int row
   }
 }
 
+void CpuBackend::run_op(size_t k, int64_t p0, int rows) {
+  if (k >= ops_.size()) plan_.fail("has no op " + std::to_string(k));
+  if (rows < 1 || rows > plan_.max_rows() || p0 < 0 || p0 + rows > plan_.max_seq_len())
+    plan_.fail("run_op: chunk of " + std::to_string(rows) + " rows at " + std::to_string(p0) + " is out of range");
+  for (int r = 0; r < rows; ++r) positions_[r] = p0 + r;
+  ExecContext ctx{p0, rows, positions_.data(), capturing_ ? &captures_ : nullptr, comm_, rank_};
+  const PreparedOp& op = ops_[k];
+  op.run(op, ctx);
+  if (op.round_bf16)
+    for (size_t j = 0; j < std::size(op.out); ++j)
+      if (op.out[j]) kernels::round_bf16_inplace(op.out[j], size_t(rows) * size_t(op.out_w[j]));
+}
+
 void CpuBackend::reset_state() {
   for (auto& s : states_) std::fill(s.begin(), s.end(), 0.f);
 }

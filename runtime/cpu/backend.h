@@ -134,6 +134,12 @@ class CpuBackend {
 
   void reset_state();  // zero every state (a new sequence)
   uint64_t state_bytes() const;
+
+  // Debugging tools (cuda_gpu_compare bisect): op `k` of the main program alone over `rows` rows at p0, on
+  // whatever its input buffers and states hold (its `round` applied); writable buffers and states.
+  void run_op(size_t k, int64_t p0, int rows);
+  uint8_t* buffer_data(int id) { return buffer(id); }
+  float* state_data(int id) { return states_[size_t(id)].data(); }
   uint64_t arena_bytes() const { return arena_size_; }
 
  private:

@@ -38,6 +38,35 @@ int arch_num(const std::string& arch) {  // sm_90 -> 90, or -1
 
 }  // namespace
 
+std::vector<std::string> cubin_functions(const std::vector<uint8_t>& img) {
+  std::vector<std::string> names;
+  auto rd = [&](uint64_t off, int bytes) -> uint64_t {
+    uint64_t v = 0;
+    if (off + uint64_t(bytes) > img.size()) return 0;
+    for (int b = bytes - 1; b >= 0; --b) v = (v << 8) | img[size_t(off) + size_t(b)];
+    return v;
+  };
+  if (img.size() < 64 || std::memcmp(img.data(), "\x7f" "ELF", 4) != 0 || img[4] != 2 || img[5] != 1) return names;
+  const uint64_t shoff = rd(0x28, 8), shentsize = rd(0x3a, 2), shnum = rd(0x3c, 2);
+  if (shentsize < 64 || shoff + shnum * shentsize > img.size()) return names;
+  for (uint64_t i = 0; i < shnum; ++i) {
+    const uint64_t sh = shoff + i * shentsize;
+    if (rd(sh + 4, 4) != 2) continue;  // SHT_SYMTAB
+    const uint64_t off = rd(sh + 0x18, 8), size = rd(sh + 0x20, 8), link = rd(sh + 0x28, 4), ent = rd(sh + 0x38, 8);
+    if (ent < 24 || link >= shnum || off + size > img.size()) continue;
+    const uint64_t str_sh = shoff + link * shentsize, str_off = rd(str_sh + 0x18, 8), str_size = rd(str_sh + 0x20, 8);
+    if (str_off + str_size > img.size()) continue;
+    for (uint64_t e = off; e + ent <= off + size; e += ent) {
+      const uint64_t name = rd(e, 4);
+      const uint8_t info = img[size_t(e + 4)];
+      if ((info & 0xf) != 2 || (info >> 4) != 1 || name >= str_size) continue;  // STT_FUNC, STB_GLOBAL
+      const char* p = reinterpret_cast<const char*>(img.data() + str_off + name);
+      names.emplace_back(p, strnlen(p, size_t(str_size - name)));
+    }
+  }
+  return names;
+}
+
 std::string choose_arch(const Plan& plan, const std::string& gpu_name, int major, int minor) {
   std::set<int> have;
   const auto* kernels = plan.fb().kernels();
@@ -100,6 +129,7 @@ CudaBackend::CudaBackend(const Plan& plan, const BackendOptions& o) : plan_(plan
         throw Error(plan.path() + ": kernel module '" + (k->name() ? k->name()->str() : "?") + "' for " + arch_ +
                     " does not load on " + dev_.name + " (CUDA error " + std::to_string(r) + "): recompile the plan");
       modules_.push_back(m);
+      for (std::string& f : cubin_functions(image)) module_of_.emplace(std::move(f), m);
     }
 
     // Scratch: one region as large as the largest op asks for (ops run one after another on one stream).
@@ -196,6 +226,8 @@ void CudaBackend::release() noexcept {
   host_ids_ = host_step_ = nullptr;
   for (CUmodule m : modules_) d_.cuModuleUnload(m);
   modules_.clear();
+  module_of_.clear();
+  functions_.clear();
   if (ev_start_) d_.cuEventDestroy(ev_start_);
   if (ev_end_) d_.cuEventDestroy(ev_end_);
   ev_start_ = ev_end_ = nullptr;
@@ -209,6 +241,14 @@ void CudaBackend::release() noexcept {
 CUfunction CudaBackend::function(const char* name) {
   auto it = functions_.find(std::string_view(name));
   if (it != functions_.end()) return it->second;
+  // Ask only the module whose symbol table has the name (a miss is an error compute-sanitizer reports).
+  auto mod = module_of_.find(std::string_view(name));
+  if (mod != module_of_.end()) {
+    CUfunction f = nullptr;
+    check(d_.cuModuleGetFunction(&f, mod->second, name), name);
+    functions_.emplace(name, f);
+    return f;
+  }
   for (CUmodule m : modules_) {
     CUfunction f = nullptr;
     if (d_.cuModuleGetFunction(&f, m, name) == 0) {
@@ -234,6 +274,12 @@ void CudaBackend::launch(const OpLaunch& l, const char* name, unsigned gx, unsig
       allowed = shared;
     }
   }
+  if (profile_) {  // bench: an event before each launch (run_profiled)
+    CUevent e = nullptr;
+    check(d_.cuEventCreate(&e, 0), "creating events");
+    profile_->emplace_back(name, e);
+    check(d_.cuEventRecord(e, static_cast<CUstream>(l.stream)), "recording events");
+  }
   CUresult r = d_.cuLaunchKernel(f, gx, gy, gz, bx, 1, 1, shared, static_cast<CUstream>(l.stream), args, nullptr);
   if (r != 0) {
     const char* e = "unknown";
@@ -241,6 +287,7 @@ void CudaBackend::launch(const OpLaunch& l, const char* name, unsigned gx, unsig
     throw Error(plan_.path() + where() + ": launching " + name + " failed (" + e + ")");
   }
   ++launches_;
+  if (record_kernels_) last_kernels_.push_back(name);
 }
 
 void CudaBackend::launch_own(const char* name, unsigned grid_x, unsigned block_x, void** args) {
@@ -264,6 +311,56 @@ void CudaBackend::stage_inputs(const int32_t* ids, int64_t p0, int rows) {
   check(d_.cuMemcpyHtoDAsync(step_, host_step_, sizeof info, stream_), "copying the step info");
 }
 
+void CudaBackend::run_op_at(size_t k, int rows) {
+  OpLaunch& l = ops_[k];
+  l.rows = rows;
+  run_op(l);
+  if (round_[k])
+    for (size_t j = 0; j < l.op->outputs.size(); ++j) {
+      if (!l.out[j] || l.op->spec->outputs[j].type == 'i') continue;
+      unsigned long long p = l.out[j], n = (unsigned long long)rows * (unsigned long long)l.out_w[j];
+      void* args[] = {&p, &n};
+      launch(l, "smelt_round_bf16", unsigned(std::min<unsigned long long>((n + 255) / 256, 4096)), 1, 1, 256, 0, args);
+    }
+}
+
+void CudaBackend::run_one(size_t k, int64_t p0, int rows) {
+  if (k >= ops_.size()) plan_.fail("has no op " + std::to_string(k));
+  if (rows < 1 || rows > plan_.max_rows() || p0 < 0 || p0 + rows > plan_.max_seq_len())
+    plan_.fail("run_one: chunk of " + std::to_string(rows) + " rows at " + std::to_string(p0) + " is out of range");
+  StepInfo info{p0, rows, 0};
+  std::memcpy(host_step_, &info, sizeof info);
+  check(d_.cuMemcpyHtoDAsync(step_, host_step_, sizeof info, stream_), "copying the step info");
+  last_kernels_.clear();
+  record_kernels_ = true;
+  try {
+    run_op_at(k, rows);
+  } catch (...) {
+    record_kernels_ = false;
+    throw;
+  }
+  record_kernels_ = false;
+  CUresult r = d_.cuStreamSynchronize(stream_);
+  if (r != 0) {
+    const char* e = "unknown";
+    d_.cuGetErrorName(r, &e);
+    throw Error(plan_.path() + ": " + ops_[k].op->where() + " failed on the GPU (" + e + ")");
+  }
+}
+
+void CudaBackend::write_buffer(int buffer, const void* in, uint64_t bytes) {
+  CUdeviceptr p = arena_ + plan_.fb().buffers()->Get(buffer)->offset();
+  check(d_.cuMemcpyHtoD(p, in, bytes), "writing a buffer");
+}
+
+void CudaBackend::read_state(int id, void* out) {
+  check(d_.cuMemcpyDtoH(out, states_ + state_offset_[size_t(id)], state_bytes(id)), "reading a state");
+}
+
+void CudaBackend::write_state(int id, const void* in) {
+  check(d_.cuMemcpyHtoD(states_ + state_offset_[size_t(id)], in, state_bytes(id)), "writing a state");
+}
+
 void CudaBackend::run_ops(int rows, std::vector<CUevent>* marks, std::vector<Span>* spans) {
   static const bool sync_each = env_on("SMELT_CUDA_SYNC");  // debugging: find the op that faults
   int layer = -2;
@@ -278,15 +375,7 @@ void CudaBackend::run_ops(int rows, std::vector<CUevent>* marks, std::vector<Spa
       spans->push_back({layer, int(k), 0, 0, 0.0});
     }
     int64_t before = launches_;
-    l.rows = rows;
-    run_op(l);
-    if (round_[k])
-      for (size_t j = 0; j < l.op->outputs.size(); ++j) {
-        if (!l.out[j] || l.op->spec->outputs[j].type == 'i') continue;
-        unsigned long long p = l.out[j], n = (unsigned long long)rows * (unsigned long long)l.out_w[j];
-        void* args[] = {&p, &n};
-        launch(l, "smelt_round_bf16", unsigned(std::min<unsigned long long>((n + 255) / 256, 4096)), 1, 1, 256, 0, args);
-      }
+    run_op_at(k, rows);
     if (spans) {
       spans->back().ops += 1;
       spans->back().launches += int(launches_ - before);

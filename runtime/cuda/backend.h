@@ -41,6 +41,10 @@ struct BackendOptions {
 // there is none (exposed for tests).
 std::string choose_arch(const Plan& plan, const std::string& gpu_name, int major, int minor);
 
+// The global function symbols of a cubin (an ELF64 image), i.e. its kernels' entry points; empty when the image
+// is not an ELF this can read (the backend then asks every module for a name). Exposed for tests.
+std::vector<std::string> cubin_functions(const std::vector<uint8_t>& image);
+
 class CudaBackend final : public Launcher {
  public:
   CudaBackend(const Plan& plan, const BackendOptions& options);
@@ -72,6 +76,24 @@ class CudaBackend final : public Launcher {
   void read_buffer(int buffer, void* out, uint64_t bytes);  // row 0 onwards of an arena buffer
   const DeviceWeights& weights() const { return weights_; }
   uint64_t state_bytes(int id) const;
+  // Debugging tools (cuda_gpu_compare bisect): op `k` alone (eager, its `round` applied) over `rows` rows at p0
+  // on whatever its buffers and states hold, then waits; buffer and state copies (bytes from row 0 / offset 0).
+  void run_one(size_t k, int64_t p0, int rows);
+  void write_buffer(int buffer, const void* in, uint64_t bytes);
+  void read_state(int id, void* out);
+  void write_state(int id, const void* in);
+  const std::vector<std::string>& last_kernels() const { return last_kernels_; }  // launched by run_one
+  // Bench support (runtime/cuda/bench.cc): one eager run with an event before every kernel launch, the GPU held
+  // back by a spin kernel while the launches are queued so the times are GPU times, not launch gaps. Per launch:
+  // op index, kernel name, ms. `moe_idx` (optional) gets each moe_experts op's idx input of that run, copied in
+  // the stream right after the op (the arena reuses the buffer later in the step).
+  struct KernelTime {
+    int op = -1;
+    std::string kernel;
+    double ms = 0.0;
+  };
+  std::vector<KernelTime> run_profiled(const int32_t* ids, int64_t p0, int rows,
+                                       std::map<int, std::vector<int32_t>>* moe_idx = nullptr);
   CUstream stream() const { return stream_; }
 
   void launch(const OpLaunch& l, const char* name, unsigned grid_x, unsigned grid_y, unsigned grid_z,
@@ -88,6 +110,7 @@ class CudaBackend final : public Launcher {
   CUstream stream_ = nullptr;
   std::vector<CUmodule> modules_;
   std::map<std::string, CUfunction, std::less<>> functions_;
+  std::map<std::string, CUmodule, std::less<>> module_of_;  // entry point -> module (cubin symbol tables)
   std::map<CUfunction, unsigned> shared_set_;  // dynamic shared memory already allowed per function
   CUdeviceptr arena_ = 0, states_ = 0, scratch_ = 0, step_ = 0;
   std::vector<uint64_t> state_offset_;
@@ -103,10 +126,14 @@ class CudaBackend final : public Launcher {
   std::map<int, CUgraphExec> graphs_by_rows_;
   std::map<int, int64_t> graph_launches_;
   double last_ms_ = 0.0;
+  bool record_kernels_ = false;
+  std::vector<std::pair<std::string, CUevent>>* profile_ = nullptr;  // run_profiled: an event per launch
+  std::vector<std::string> last_kernels_;
   int64_t launches_ = 0, last_launches_ = 0;
 
   CUfunction function(const char* name);
   void stage_inputs(const int32_t* ids, int64_t p0, int rows);
+  void run_op_at(size_t k, int rows);
   void run_ops(int rows, std::vector<CUevent>* marks = nullptr, std::vector<Span>* spans = nullptr);
   void release() noexcept;
 };

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -70,59 +71,201 @@ double copy_bandwidth(CudaBackend& b, uint64_t* bytes_out) {
 struct StepBytes {
   uint64_t dense = 0, experts = 0, states = 0;
   int experts_selected = 0, experts_total = 0;
+  std::vector<uint64_t> op_bytes;  // per op: the weight and state bytes that op reads (shared reads counted per op)
 };
 
 // The bytes one decode step at position `pos` must read: every weight once (an embedding or Engram table only
-// the rows it looks up), the routed experts the step selected (from each moe_experts op's idx input), and the
-// used rows of every state (a ring whole; a pool the rows written so far: an upper bound, since attention
+// the rows it looks up), the routed experts the step selected (each moe_experts op's idx input as the profiled
+// step left it: `moe_idx`, copied right after the op, since the arena reuses the buffer later in the step), and
+// the used rows of every state (a ring whole; a pool the rows written so far: an upper bound, since attention
 // reads only its selected entries).
-StepBytes step_bytes(CudaBackend& b, int64_t pos) {
+StepBytes step_bytes(CudaBackend& b, int64_t pos, const std::map<int, std::vector<int32_t>>& moe_idx) {
   const Plan& plan = b.plan();
   const DeviceWeights& w = b.weights();
   StepBytes s;
   std::set<int> counted;
   auto row_bytes = [&](int id) { return w.weight_bytes(id) / uint64_t(std::max<int64_t>(plan.weight_shape(id)[0], 1)); };
+  auto used_rows = [&](int id) {
+    std::string kind = plan.fb().states()->Get(id)->kind() ? plan.fb().states()->Get(id)->kind()->str() : "";
+    std::vector<int64_t> shape = plan.state_shape(id);
+    int64_t rows = shape[0];
+    if (kind.find("pool") != std::string::npos)
+      rows = std::min<int64_t>(rows, (pos + 1) * shape[0] / std::max<int64_t>(plan.max_seq_len(), 1) + 1);
+    return std::pair<int64_t, uint64_t>(rows, uint64_t(shape[1]) * 4);
+  };
   for (const OpRef& op : plan.ops()) {
+    uint64_t mine = 0;
     if (op.spec->kind == OpKind::MoeExperts) {
       int per = op.scaled ? 6 : 3;
-      int n_experts = int(op.i("n_experts")), topk = int(op.i("topk"));
-      std::vector<int32_t> idx(static_cast<size_t>(topk));
-      b.read_buffer(op.inputs[2], idx.data(), idx.size() * 4);
-      std::set<int32_t> chosen(idx.begin(), idx.end());
+      int n_experts = int(op.i("n_experts"));
+      auto it = moe_idx.find(op.index);
+      std::set<int32_t> chosen;
+      if (it != moe_idx.end()) chosen.insert(it->second.begin(), it->second.end());
       s.experts_total += n_experts;
       for (int32_t e : chosen) {
         if (e < 0 || e >= n_experts) continue;
         ++s.experts_selected;
         for (int k = 0; k < per; ++k) {
           int id = op.weights[size_t(e * per + k)];
-          if (id >= 0 && counted.insert(id).second) s.experts += w.weight_bytes(id);
+          if (id < 0) continue;
+          mine += w.weight_bytes(id);
+          if (counted.insert(id).second) s.experts += w.weight_bytes(id);
         }
       }
       for (int id : op.weights) counted.insert(id);  // the unselected experts are not read
-      continue;
+    } else {
+      for (size_t j = 0; j < op.weights.size(); ++j) {
+        int id = op.weights[j];
+        if (id < 0) continue;
+        uint64_t n = w.weight_bytes(id);
+        if (op.spec->kind == OpKind::Embedding) n = row_bytes(id);
+        else if (op.spec->kind == OpKind::Engram && j < 2) n = row_bytes(id) * uint64_t(plan.row_elems(op.inputs[1]));
+        mine += n;
+        if (counted.insert(id).second) s.dense += n;
+      }
     }
-    for (size_t j = 0; j < op.weights.size(); ++j) {
-      int id = op.weights[j];
-      if (id < 0 || !counted.insert(id).second) continue;
-      if (op.spec->kind == OpKind::Embedding) s.dense += row_bytes(id);
-      else if (op.spec->kind == OpKind::Engram && j < 2) s.dense += row_bytes(id) * uint64_t(plan.row_elems(op.inputs[1]));
-      else s.dense += w.weight_bytes(id);
+    for (size_t j = 0; j < op.states.size(); ++j) {
+      if (op.states[j] < 0) continue;
+      auto [rows, row] = used_rows(op.states[j]);
+      if (op.spec->kind == OpKind::SparseAttention && j == 1 && op.inputs.size() > 2 && op.inputs[2] >= 0)
+        rows = std::min<int64_t>(rows, plan.row_elems(op.inputs[2]));  // the selected entries only
+      mine += uint64_t(rows) * row;
     }
+    s.op_bytes.push_back(mine);
   }
   int n_states = plan.fb().states() ? int(plan.fb().states()->size()) : 0;
   for (int id = 0; id < n_states; ++id) {
-    std::string kind = plan.fb().states()->Get(id)->kind() ? plan.fb().states()->Get(id)->kind()->str() : "";
-    std::vector<int64_t> shape = plan.state_shape(id);
-    uint64_t row = uint64_t(shape[1]) * 4;
-    int64_t rows = shape[0];
-    if (kind.find("pool") != std::string::npos)
-      rows = std::min<int64_t>(rows, (pos + 1) * shape[0] / std::max<int64_t>(plan.max_seq_len(), 1) + 1);
+    auto [rows, row] = used_rows(id);
     s.states += uint64_t(rows) * row;
   }
   return s;
 }
 
 }  // namespace
+
+std::vector<CudaBackend::KernelTime> CudaBackend::run_profiled(const int32_t* ids, int64_t p0, int rows,
+                                                               std::map<int, std::vector<int32_t>>* moe_idx) {
+  // Pinned buffers for the routing copies first (allocating pinned memory may synchronise).
+  std::vector<std::pair<size_t, void*>> copies;  // op index, host buffer
+  auto free_all = [&](std::vector<std::pair<std::string, CUevent>>& marks) {
+    profile_ = nullptr;
+    for (auto& m : marks) d_.cuEventDestroy(m.second);
+    for (auto& c : copies) d_.cuMemFreeHost(c.second);
+  };
+  std::vector<std::pair<std::string, CUevent>> marks;
+  std::vector<int> op_of;  // per mark
+  try {
+    if (moe_idx)
+      for (size_t k = 0; k < ops_.size(); ++k)
+        if (ops_[k].op->spec->kind == OpKind::MoeExperts && ops_[k].in[2]) {
+          void* h = nullptr;
+          check(d_.cuMemAllocHost(&h, size_t(rows) * size_t(ops_[k].in_w[2]) * 4), "allocating pinned memory");
+          copies.emplace_back(k, h);
+        }
+    stage_inputs(ids, p0, rows);
+    unsigned long long ns = 50000000ull;  // 50 ms of GPU time while the host queues the step
+    void* args[] = {&ns};
+    launch_own("smelt_spin_ns", 1, 1, args);
+    profile_ = &marks;
+    size_t next_copy = 0;
+    for (size_t k = 0; k < ops_.size(); ++k) {
+      run_op_at(k, rows);
+      op_of.resize(marks.size(), int(k));
+      if (next_copy < copies.size() && copies[next_copy].first == k) {
+        CUevent e = nullptr;
+        check(d_.cuEventCreate(&e, 0), "creating events");
+        marks.emplace_back("(bench: routing copy)", e);
+        op_of.push_back(-1);
+        check(d_.cuEventRecord(e, stream_), "recording events");
+        check(d_.cuMemcpyDtoHAsync(copies[next_copy].second, ops_[k].in[2], size_t(rows) * size_t(ops_[k].in_w[2]) * 4,
+                                   stream_),
+              "copying the routing");
+        ++next_copy;
+      }
+    }
+    CUevent end = nullptr;
+    check(d_.cuEventCreate(&end, 0), "creating events");
+    marks.emplace_back("", end);
+    op_of.push_back(-1);
+    check(d_.cuEventRecord(end, stream_), "recording events");
+    profile_ = nullptr;
+    check(d_.cuStreamSynchronize(stream_), "running the plan (set SMELT_CUDA_SYNC=1 to find the op)");
+    std::vector<KernelTime> out;
+    for (size_t i = 0; i + 1 < marks.size(); ++i) {
+      float ms = 0.f;
+      check(d_.cuEventElapsedTime(&ms, marks[i].second, marks[i + 1].second), "timing kernels");
+      out.push_back({op_of[i], marks[i].first, double(ms)});
+    }
+    if (moe_idx)
+      for (auto& [k, h] : copies) {
+        const int32_t* v = static_cast<const int32_t*>(h);
+        (*moe_idx)[ops_[k].op->index].assign(v, v + size_t(rows) * size_t(ops_[k].in_w[2]));
+      }
+    free_all(marks);
+    return out;
+  } catch (...) {
+    free_all(marks);
+    throw;
+  }
+}
+
+// Per-op, per-op-kind and per-kernel GPU times of the profiled eager step, with the bytes each op reads.
+static nlohmann::ordered_json profile_json(const Plan& plan, const std::vector<CudaBackend::KernelTime>& kt,
+                                           const std::vector<uint64_t>& op_bytes) {
+  struct Acc {
+    int ops = 0, kernels = 0;
+    double ms = 0.0;
+    uint64_t bytes = 0;
+  };
+  std::vector<Acc> per_op(plan.ops().size());
+  std::map<std::string, Acc> per_kernel;
+  double total = 0.0, other = 0.0;
+  for (const auto& k : kt) {
+    total += k.ms;
+    if (k.op < 0 || size_t(k.op) >= per_op.size()) {
+      other += k.ms;
+      continue;
+    }
+    per_op[size_t(k.op)].ms += k.ms;
+    per_op[size_t(k.op)].kernels += 1;
+    Acc& a = per_kernel[k.kernel];
+    a.ms += k.ms;
+    a.kernels += 1;
+  }
+  std::map<std::string, Acc> per_kind;
+  nlohmann::ordered_json ops = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < per_op.size(); ++i) {
+    const OpRef& op = plan.ops()[i];
+    const uint64_t bytes = i < op_bytes.size() ? op_bytes[i] : 0;
+    Acc& a = per_kind[op.name];
+    a.ops += 1, a.kernels += per_op[i].kernels, a.ms += per_op[i].ms, a.bytes += bytes;
+    ops.push_back({{"op", op.index}, {"name", op.name}, {"layer", op.layer}, {"ms", per_op[i].ms},
+                   {"kernels", per_op[i].kernels}, {"bytes", bytes},
+                   {"gbps", per_op[i].ms > 0 ? double(bytes) / (per_op[i].ms * 1e6) : 0.0}});
+  }
+  auto sorted = [](const std::map<std::string, Acc>& m, bool with_bytes) {
+    std::vector<std::pair<std::string, Acc>> v(m.begin(), m.end());
+    std::stable_sort(v.begin(), v.end(), [](const auto& x, const auto& y) { return x.second.ms > y.second.ms; });
+    nlohmann::ordered_json a = nlohmann::ordered_json::array();
+    for (const auto& [name, acc] : v) {
+      nlohmann::ordered_json e = {{"name", name}, {"ms", acc.ms}, {"kernels", acc.kernels}};
+      if (with_bytes) {
+        e["ops"] = acc.ops;
+        e["bytes"] = acc.bytes;
+        e["gbps"] = acc.ms > 0 ? double(acc.bytes) / (acc.ms * 1e6) : 0.0;
+      }
+      a.push_back(e);
+    }
+    return a;
+  };
+  nlohmann::ordered_json j;
+  j["total_ms"] = total;
+  j["bench_overhead_ms"] = other;  // the routing copies the bench itself adds
+  j["op_kinds"] = sorted(per_kind, true);
+  j["kernels"] = sorted(per_kernel, false);
+  j["ops"] = ops;
+  return j;
+}
 
 nlohmann::ordered_json bench(const BenchOptions& o) {
   auto session = CudaSession::open(o.plan, o.backend);
@@ -163,10 +306,13 @@ nlohmann::ordered_json bench(const BenchOptions& o) {
   int64_t launches = b.last_launches();
   double step_ms = median(ms);
 
-  // One eager step with events at layer boundaries; its routing decides the expert bytes.
+  // One eager step with an event before every kernel (its routing decides the expert bytes), then one with
+  // events at layer boundaries.
   int64_t pos = session->position();
-  std::vector<CudaBackend::Span> spans = b.run_timed(&tok, pos, 1);
-  StepBytes sb = step_bytes(b, pos);
+  std::map<int, std::vector<int32_t>> moe_idx;
+  std::vector<CudaBackend::KernelTime> kt = b.run_profiled(&tok, pos, 1, &moe_idx);
+  StepBytes sb = step_bytes(b, pos, moe_idx);
+  std::vector<CudaBackend::Span> spans = b.run_timed(&tok, pos + 1, 1);
   uint64_t total = sb.dense + sb.experts + sb.states;
   double achieved = double(total) / (step_ms * 1e-3);
 
@@ -205,6 +351,7 @@ nlohmann::ordered_json bench(const BenchOptions& o) {
   }
   j["eager_step_ms"] = eager_ms;
   j["layers"] = layers;
+  j["profile"] = profile_json(plan, kt, sb.op_bytes);
   return j;
 }
 
@@ -239,6 +386,31 @@ std::string bench_text(const nlohmann::ordered_json& j) {
     std::string name = layer < 0 ? "outside blocks" : "layer " + std::to_string(layer);
     line("  %-15s %8.3f ms  %3d ops  %3d kernels", name.c_str(), l["ms"].get<double>(), l["ops"].get<int>(),
          l["kernels"].get<int>());
+  }
+  if (!j.contains("profile")) return s.str();
+  const auto& pr = j["profile"];
+  const double tot = std::max(pr["total_ms"].get<double>(), 1e-9);
+  line("eager step by op kind (an event before every kernel, launches queued ahead: %.3f ms GPU time, %.3f ms of "
+       "it the bench's routing copies):", tot, pr["bench_overhead_ms"].get<double>());
+  line("  %-24s %4s %7s %9s %6s %10s %8s", "op", "ops", "kernels", "ms", "%", "MB read", "GB/s");
+  for (const auto& k : pr["op_kinds"])
+    line("  %-24s %4d %7d %9.3f %5.1f%% %10.1f %8.1f", k["name"].get<std::string>().c_str(), k["ops"].get<int>(),
+         k["kernels"].get<int>(), k["ms"].get<double>(), 100.0 * k["ms"].get<double>() / tot,
+         double(k["bytes"].get<uint64_t>()) / 1e6, k["gbps"].get<double>());
+  line("eager step by kernel:");
+  line("  %-32s %7s %9s %6s", "kernel", "launches", "ms", "%");
+  for (const auto& k : pr["kernels"])
+    line("  %-32s %7d %9.3f %5.1f%%", k["name"].get<std::string>().c_str(), k["kernels"].get<int>(),
+         k["ms"].get<double>(), 100.0 * k["ms"].get<double>() / tot);
+  std::vector<nlohmann::ordered_json> ops(pr["ops"].begin(), pr["ops"].end());
+  std::stable_sort(ops.begin(), ops.end(),
+                   [](const auto& x, const auto& y) { return x["ms"].template get<double>() > y["ms"].template get<double>(); });
+  line("slowest ops of the eager step:");
+  for (size_t i = 0; i < ops.size() && i < 25; ++i) {
+    const auto& o = ops[i];
+    line("  op %3d %-24s layer %2d %9.3f ms %3d kernels %10.1f MB %8.1f GB/s", o["op"].get<int>(),
+         o["name"].get<std::string>().c_str(), o["layer"].get<int>(), o["ms"].get<double>(), o["kernels"].get<int>(),
+         double(o["bytes"].get<uint64_t>()) / 1e6, o["gbps"].get<double>());
   }
   return s.str();
 }

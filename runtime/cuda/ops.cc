@@ -165,7 +165,9 @@ void run_experts(Ctx& c, bool routed) {
   const int RT = rows * topk;
   const DevPtr h = c.scratch(uint64_t(RT) * F * 4);
   const DevPtr out = routed ? c.scratch(uint64_t(RT) * D * 4) : l.out[0];
-  if (scaled) {  // V4.1: act quant, exact GEMMs, bf16 roundings
+  // V4.1 with the model's numerics: act quant, exact GEMMs, bf16 roundings. Under numerics = "fp32" the
+  // reference runs plain fp32 on the dequantized weights (no act quant): the weight-only kernels below.
+  if (scaled && detail::model_rounding(op)) {
     if (D % 32 || F % 32) c.fail("FP8/FP4 experts need dim and inter multiples of 32");
     const int rb = detail::model_rounding(op);
     DevPtr xu, xs, hu, hs;

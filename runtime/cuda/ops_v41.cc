@@ -127,14 +127,16 @@ bool run_v41(Ctx& c) {
       const DevPtr hashes = l.in[1] + DevPtr(op.i("layer_index")) * DevPtr(cols) * 4;
       c.go("smelt_engram_gather", unsigned(cols), R, 1, 128, 0, hashes, int(l.in_w[1]), ptr(table), ptr(tscale), trows,
            hd, e);
-      linear(c, e, kv, wkv, wscale, rows, K, N, true, 1.f, 1, "wkv");
+      // Model numerics: act-quant FP8 GEMM rounded to bf16; numerics = "fp32": fp32 on the dequantized weight.
+      const int rb = model_rounding(op);
+      linear(c, e, kv, wkv, wscale, rows, K, N, rb != 0, 1.f, rb, "wkv");
       c.go("smelt_engram_gate", unsigned(n), R, 1, 256, 0, l.in[0], kv, ptr(qw), float_dt(c, qw, "q_weight"), ptr(kw),
-           float_dt(c, kw, "k_weight"), D, float(op.f("eps")), float(std::pow(double(D), -0.5)), l.out[0]);
+           float_dt(c, kw, "k_weight"), D, float(op.f("eps")), float(std::pow(double(D), -0.5)), rb, l.out[0]);
       return true;
     }
     case OpKind::HcMean: {
       const int D = int(l.out_w[0]);
-      c.go("smelt_hc_mean", cdiv(D, 256), R, 1, 256, 0, l.in[0], int(op.i("hc_mult")), D, l.out[0]);
+      c.go("smelt_hc_mean", cdiv(D, 256), R, 1, 256, 0, l.in[0], int(op.i("hc_mult")), D, model_rounding(op), l.out[0]);
       return true;
     }
     case OpKind::Capture:

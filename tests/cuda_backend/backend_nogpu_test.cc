@@ -2,7 +2,9 @@
 // plan offers a GPU (or the one sentence refusing it), on a plan compiled for --target sm_80,sm_120.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "runtime/cuda/backend.h"
 #include "runtime/cuda/driver.h"
@@ -51,5 +53,32 @@ TEST(CudaPlan, InspectListsTheCubinsPerArch) {
     std::string k = plan.fb().ops()->Get(op.index)->kernel()->str();
     EXPECT_EQ(k.rfind("cuda.", 0), 0u) << op.where() << ": " << k;
   }
+}
+#endif
+
+#ifdef SMELT_CUDA_TEST_PLAN
+// The backend maps entry points to modules from the cubins' symbol tables, so it never asks a module for a
+// name it lacks (compute-sanitizer counts such misses as errors).
+TEST(CudaPlan, CubinSymbolTablesNameTheEntryPoints) {
+  smelt::runtime::Plan plan = smelt::runtime::Plan::load(SMELT_CUDA_TEST_PLAN);
+  int cubins = 0;
+  for (const auto* k : *plan.fb().kernels()) {
+    if (!k->format() || k->format()->str() != "cubin") continue;
+    ++cubins;
+    std::vector<uint8_t> image(k->image()->begin(), k->image()->end());
+    std::vector<std::string> names = cuda::cubin_functions(image);
+    const std::string family = k->name()->str();
+    ASSERT_FALSE(names.empty()) << family << " " << k->arch()->str();
+    auto has = [&](const char* n) { return std::find(names.begin(), names.end(), n) != names.end(); };
+    if (family == "linear") {
+      EXPECT_TRUE(has("smelt_linear_f32") && has("smelt_linear_fp8_aq") && has("smelt_act_quant_b32"));
+      EXPECT_FALSE(has("smelt_rms_norm"));
+    }
+    if (family == "backend") EXPECT_TRUE(has("smelt_round_bf16"));
+    if (family == "rms_norm") EXPECT_TRUE(has("smelt_rms_norm") && !has("smelt_linear_f32"));
+    for (const std::string& n : names) EXPECT_EQ(n.rfind("smelt_", 0), 0u) << family << ": " << n;
+  }
+  EXPECT_GT(cubins, 10);
+  EXPECT_TRUE(cuda::cubin_functions(std::vector<uint8_t>(100, 7)).empty());  // not an ELF
 }
 #endif

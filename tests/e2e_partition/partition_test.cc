@@ -7,8 +7,12 @@
 //   - teacher-forced logits (every prompt row and every decode row) within kRelTolerance of TP1's.
 // Fixtures: the DeepSeek-V4 goldens (tests/golden/v4/*, official layout) and the DeepSeek-V4.1 goldens
 // (${SMELT_SHARED_DIR}/goldens/v41, the checkpoints tiny_backbone and tiny_full) compiled with
-// `--numerics fp32`: the model's bf16 / FP8 / FP4 rounding steps off, because a changed summation order can
-// move a value across a rounding boundary, and one flipped FP8 rounding moves logits far more than 1e-5.
+// `--numerics fp32` (the model's bf16 / FP8 / FP4 rounding steps off: a changed summation order could move a
+// value across a rounding boundary, and one flipped FP8 rounding moves logits far more than 1e-5), and once more
+// with the model's own numerics (the default). With those on the issue only asks for the fixture README's bound
+// against the reference; measured, every configuration gives TP1's logits bit for bit (the partitioned sums
+// are exact: FP8 block products, expert-parallel routed experts, bf16 roundings after each all_reduce), so the
+// same 1e-5 is asserted and a future change that makes a split inexact shows up here.
 // Tool paths come from CMake; SMELT_COMPILE / SMELT_RUN override them. Without smelt-compile the tests skip.
 #include <gtest/gtest.h>
 
@@ -61,6 +65,7 @@ struct Model {
   fs::path dir;
   bool v41 = false;
   std::vector<int64_t> prompt;
+  bool fp32 = false;  // V4.1: compiled with --numerics fp32
 };
 void PrintTo(const Model& m, std::ostream* os) { *os << m.name; }
 
@@ -98,6 +103,10 @@ std::vector<Model> discover_models() {
     nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
     if (j.is_object() && j.contains("prompt_ids")) m.prompt = j["prompt_ids"].get<std::vector<int64_t>>();
     if (m.prompt.size() > kV41PromptIds) m.prompt.resize(kV41PromptIds);
+    m.fp32 = true;
+    models.push_back(m);
+    m.name += "_model_numerics";
+    m.fp32 = false;
     models.push_back(m);
   }
   return models;
@@ -142,7 +151,8 @@ class Partition : public ::testing::TestWithParam<Model> {
   std::string compile(const std::string& tag, const std::vector<std::string>& flags) {
     std::string plan = (work_ / (tag + ".smelt")).string();
     std::vector<std::string> argv = {compile_, GetParam().dir.string(), "--target", "cpu", "-o", plan};
-    if (GetParam().v41) argv.insert(argv.end(), {"--numerics", "fp32", "--max-rows", "128", "--max-seq-len", "128"});
+    if (GetParam().v41) argv.insert(argv.end(), {"--max-rows", "128", "--max-seq-len", "128"});
+    if (GetParam().fp32) argv.insert(argv.end(), {"--numerics", "fp32"});
     argv.insert(argv.end(), flags.begin(), flags.end());
     auto r = test_process::run_process(argv, work_ / (tag + ".compile.err"));
     if (r.rc != 0 || !fs::exists(plan)) {

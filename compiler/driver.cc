@@ -8,6 +8,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
@@ -19,6 +22,7 @@
 #include "compiler/emit/emit.h"
 #include "compiler/import/importer.h"
 #include "compiler/passes/passes.h"
+#include "compiler/rig.h"
 #include "frontends/model.h"
 
 namespace smelt {
@@ -105,6 +109,7 @@ std::string partition_passes(const CompileOptions& o) {
     p += "smelt-partition{tp=" + std::to_string(o.tp) + " pp=" + std::to_string(o.pp);
     if (!o.shares.empty()) p += " shares=" + o.shares;
     if (!o.stages.empty()) p += " stages=" + o.stages;
+    if (!o.archs.empty()) p += " archs=" + o.archs;
     p += "},";
   }
   return p;
@@ -146,14 +151,33 @@ void compile(const CompileOptions& o) {
       else if (!std::isdigit(static_cast<unsigned char>(ch)))
         throw Error(std::string(flag) + " " + *list + ": expected comma-separated positive integers");
     }
-    if (count != n)
+    if (count != n && !(n == o.tp && count == o.tp * o.pp))  // shares may also give every rank its own
       throw Error(std::string(flag) + " " + *list + ": lists " + std::to_string(count) + " values, expected " +
-                  std::to_string(n) + (n == o.tp ? " (one per TP rank)" : " (one per pipeline stage)"));
+                  std::to_string(n) + (n != o.tp ? " (one per pipeline stage)"
+                                       : o.pp > 1 ? " (one per TP rank) or " + std::to_string(o.tp * o.pp) + " (one per rank)"
+                                                  : " (one per TP rank)"));
   }
   const cuda_compile::Target target = cuda_compile::parse_target(o.target);  // throws on a bad target
-  if (target.cuda && !cuda_compile::available())
+  if (target.cuda && !cuda_compile::available() && o.compile_to.empty())  // IR alone needs no device code
     throw Error("--target " + o.target + ": this smelt-compile was built without NVRTC (no CUDA toolkit), so it "
                 "can only compile for --target cpu");
+  // The rank -> GPU map (a rig: rank r on GPU r), the ranks' archs and the default shares (docs/partition.md, "Rigs").
+  const std::vector<int> gpus = rig::rank_gpus(target, o.tp, o.pp);  // throws when a rig is too small
+  auto resolve = [&](const CompileOptions& c) {
+    CompileOptions e = c;
+    std::vector<int> g = rig::rank_gpus(target, c.tp, c.pp);
+    e.archs = rig::rank_archs(target, g);
+    if (e.shares.empty()) e.shares = rig::memory_shares(target, g, c.tp, c.pp);
+    return e;
+  };
+  const CompileOptions eff = resolve(o);
+  if (target.rig) {
+    const std::string last = std::to_string(o.tp * o.pp - 1);
+    progress("rig " + target.name + ": " + std::to_string(target.gpus.size()) + " GPU(s); " +
+             (o.tp * o.pp == 1 ? "rank 0 on GPU 0" : "ranks 0-" + last + " on GPUs 0-" + last + " (stage-major)"));
+    if (o.shares.empty() && !eff.shares.empty())
+      progress("shares " + eff.shares + ": proportional to GPU memory, since a TP group's GPUs differ (--shares overrides)");
+  }
   static const char* phases[] = {"", "import", "verify", "select-kernels", "plan-memory", "pad-heads", "partition"};
   if (!llvm::is_contained(phases, o.compile_to))
     throw Error("--compile-to " + o.compile_to + ": unknown phase (expected import, verify, select-kernels or plan-memory)");
@@ -161,10 +185,10 @@ void compile(const CompileOptions& o) {
   if (o.numerics != "model" && o.numerics != "fp32")
     throw Error("--numerics " + o.numerics + ": expected model (the model's own roundings, the default) or fp32");
   if (o.output.empty()) throw Error("no output file: pass -o PLAN.smelt");
-  const std::vector<std::string> elements = split_pipeline(o.pipeline.empty() ? default_pipeline(o) : o.pipeline);
+  const std::vector<std::string> elements = split_pipeline(o.pipeline.empty() ? default_pipeline(eff) : o.pipeline);
 
   progress("loading " + o.model_dir);
-  ModelDescription model = load_model(o.model_dir);
+  ModelDescription model = load_model(o.model_dir, o.engram_token_map);
   progress("loaded " + std::to_string(model.tensors.size()) + " tensors from " +
            std::to_string(model.checkpoint.files().size()) + " checkpoint file(s), " +
            std::to_string(model.checkpoint.payload_bytes()) + " bytes");
@@ -219,10 +243,114 @@ void compile(const CompileOptions& o) {
   if (!stop.empty() && !llvm::any_of(elements, [&](const std::string& e) { return pass_name(e) == stop; }))
     throw Error("--compile-to " + o.compile_to + ": the pipeline has no " + stop + " pass");
 
+  // Device code first when a plan is written: the cubins of a rank's arch count against its GPU.
+  std::vector<cuda_compile::PlanKernel> kernels;
+  std::map<std::string, uint64_t> kernel_bytes;  // cubins per arch
+  bool compiled = false;
+  auto compile_device_code = [&] {
+    if (compiled || !o.compile_to.empty() || !target.cuda) return;
+    compiled = true;
+    kernels = compile_kernels(target, progress);
+    for (const auto& k : kernels)
+      if (k.image.format == "cubin") kernel_bytes[k.image.arch] += k.image.bytes.size();
+  };
+
+  // Memory per rank against its GPU (docs/partition.md, "Rigs"), checked on a copy of the module planned without
+  // smelt-select-kernels (memory does not depend on the kernels), as soon as the layout is known: before
+  // smelt-select-kernels, so that a layout that cannot fit is refused first. Candidates run the same way.
+  auto memory_elements = [&](const std::vector<std::string>& els, size_t from) {
+    std::vector<std::string> out;
+    for (size_t k = from; k < els.size(); ++k) {
+      std::string n = pass_name(els[k]);
+      if (n != "smelt-select-kernels") out.push_back(els[k]);
+      if (n == "smelt-plan-memory") return out;
+    }
+    return std::vector<std::string>{};
+  };
+  auto run_elements = [&](mlir::ModuleOp m, const std::vector<std::string>& els) {
+    for (const std::string& el : els) {
+      mlir::PassManager pm(&ctx, mlir::ModuleOp::getOperationName());
+      std::string err;
+      llvm::raw_string_ostream es(err);
+      if (mlir::failed(mlir::parsePassPipeline(el, pm, es)) || mlir::failed(pm.run(m))) return false;
+    }
+    return true;
+  };
+  // Only a rig file states the memory its owner has; the built-in h200's 141 GB is nominal (the device reports
+  // more), so its plans are not checked.
+  const bool check = target.rig && !gpus.empty();
+  const std::string gpu0_arch = gpus.empty() ? "" : target.gpus[size_t(gpus[0])].arch;
+  auto try_config = [&](const CompileOptions& c) -> std::optional<std::vector<rig::RankMemory>> {
+    try {
+      ImportOptions io;
+      io.max_seq_len = c.max_seq_len;
+      io.capture_intermediates = c.capture_intermediates;
+      mlir::OwningOpRef<mlir::ModuleOp> m = import_model(ctx, model, io);
+      bool ok = run_elements(*m, memory_elements(split_pipeline(default_pipeline(resolve(c))), 0));
+      diags.errors.clear();
+      if (!ok) return std::nullopt;
+      return rig::measure(*m, kernel_bytes, gpu0_arch);
+    } catch (const Error&) {
+      diags.errors.clear();
+      return std::nullopt;
+    }
+  };
+  std::string target_json = target.json();
+  bool checked = false;
+  auto check_memory = [&](mlir::ModuleOp planned) {
+    checked = true;
+    compile_device_code();
+    auto L = planned->getAttrOfType<mlir::IntegerAttr>("smelt.max_seq_len");
+    std::vector<rig::RankMemory> mem = rig::measure(planned, kernel_bytes, gpu0_arch);
+    nlohmann::json tj = nlohmann::json::parse(target_json), per_rank = nlohmann::json::array();
+    const rig::RankMemory* worst = nullptr;
+    int64_t over = 0, failing = 0;
+    for (const rig::RankMemory& r : mem) {
+      const int g = gpus.at(size_t(r.rank));
+      const uint64_t avail = rig::available(target, target.gpus[size_t(g)].memory_bytes);
+      const bool ok = r.total() <= avail;
+      progress("rank " + std::to_string(r.rank) + " on " + rig::gpu_text(target, g) + ": " + rig::breakdown(r) + " = " +
+               rig::bytes_text(r.total()) + " of " + rig::bytes_text(avail) + " available" + (ok ? "" : ": does not fit"));
+      per_rank.push_back({{"rank", r.rank}, {"gpu", g}, {"weights", r.weights}, {"states", r.states},
+                          {"arena", r.arena}, {"kernels", r.kernels}, {"available", avail}});
+      if (!ok && (++failing, !worst || int64_t(r.total() - avail) > over)) worst = &r, over = int64_t(r.total() - avail);
+    }
+    if (kernels.empty() && target.cuda) progress("kernel images not counted (not compiled with --compile-to)");
+    if (worst) {
+      const int g = gpus.at(size_t(worst->rank));
+      const uint64_t mem_bytes = target.gpus[size_t(g)].memory_bytes, avail = rig::available(target, mem_bytes);
+      std::string msg = "rank " + std::to_string(worst->rank) + " on " + rig::gpu_text(target, g) + " needs " +
+                        rig::bytes_text(worst->total()) + " (" + rig::breakdown(*worst) + ") but " +
+                        rig::bytes_text(avail) + " is available (" + rig::bytes_text(mem_bytes) + " less " +
+                        rig::bytes_text(rig::headroom(target, mem_bytes)) + " headroom)";
+      if (worst->largest_bytes > avail)
+        msg += "; its weight @" + worst->largest + " alone is " + rig::bytes_text(worst->largest_bytes);
+      if (failing > 1) msg += "; " + std::to_string(failing - 1) + " more rank(s) do not fit";
+      CompileOptions base = o;
+      base.max_seq_len = L ? L.getInt() : o.max_seq_len;
+      diags.warn = nullptr;
+      std::string near = rig::nearest(target, base, eff.shares, mem, try_config, progress);
+      throw Error(msg + "; " + (near.empty() ? "no configuration of this rig fits"
+                                             : "nearest configuration that fits: " + near));
+    }
+    tj["rank_gpus"] = gpus;
+    tj["rank_memory"] = per_rank;
+    target_json = tj.dump();
+  };
+
   bool stopped = o.compile_to == "import" || (!stop.empty() && !done.empty() && done.back() == stop);
+  auto check_copy = [&](size_t from) {  // the memory check on a copy planned by the elements from `from` on
+    std::vector<std::string> rest = memory_elements(elements, from);
+    if (rest.empty()) return;
+    mlir::OwningOpRef<mlir::ModuleOp> copy(module->clone());
+    if (!run_elements(*copy, rest)) throw diags.fail("the memory check's smelt-plan-memory failed");
+    check_memory(*copy);
+  };
+  size_t next = elements.size();  // the first element not run (--compile-to)
   for (size_t i = 0; i < elements.size() && !stopped; ++i) {
     const std::string name = pass_name(elements[i]);
     if (llvm::is_contained(done, name)) continue;
+    if (check && !checked && (name == "smelt-select-kernels" || name == "smelt-plan-memory")) check_copy(i);
     progress("running " + elements[i]);
     mlir::PassManager pm(&ctx, mlir::ModuleOp::getOperationName());
     std::string parse_error;
@@ -232,6 +360,12 @@ void compile(const CompileOptions& o) {
     if (mlir::failed(pm.run(*module))) throw diags.fail(name + " failed");
     dump(int(i) + 1, name);
     stopped = name == stop;
+    if (stopped) next = i + 1;
+  }
+  if (check && !checked) {
+    if ((*module)->hasAttr("smelt.arena_bytes")) check_memory(*module);
+    else check_copy(next);  // --compile-to partition: the layout is known, plan a copy to check it
+    if (!checked) progress("memory per rank not checked: the pipeline has no smelt-plan-memory");
   }
 
   if (!o.compile_to.empty()) {
@@ -242,8 +376,9 @@ void compile(const CompileOptions& o) {
   }
   EmitOptions eo;
   eo.target = target.cuda ? target.name : o.target;
-  eo.target_json = target.json();
-  if (target.cuda) eo.kernels = compile_kernels(target, progress);
+  eo.target_json = target_json;
+  compile_device_code();
+  eo.kernels = std::move(kernels);
   eo.tp = o.tp;
   eo.pp = o.pp;
   std::vector<uint8_t> plan = emit_plan(*module, eo);

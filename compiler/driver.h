@@ -12,7 +12,9 @@ struct CompileOptions {
   std::string model_dir;
   std::string target = "cpu";
   int64_t tp = 1, pp = 1;
-  std::string shares;        // --shares a,b,...: relative TP shares (default even)
+  std::string shares;        // --shares a,b,...: relative TP shares, tp values or tp*pp (default even; a rig:
+                             // proportional to GPU memory when a TP group's GPUs differ)
+  std::string archs;         // smelt-partition's archs (one per rank, or one for all); set from the target
   std::string stages;        // --stages l0,l1,...: layers per pipeline stage (default balanced by weight bytes)
   std::string output;        // -o: the plan, or the IR with compile_to
   std::string dump_dir;      // --dump-ir-after-all
@@ -23,6 +25,7 @@ struct CompileOptions {
   std::string pipeline;      // "" = default_pipeline()
   std::string numerics = "model";  // model | fp32 (smelt-numerics{mode=fp32} after smelt-verify)
   bool capture_intermediates = false;  // V4.1: capture every block's stream / pre (smelt-run logits --captures)
+  std::string engram_token_map;  // --engram-token-map: V4.1 Engram map file (default MODEL_DIR/engram_token_map.safetensors)
   std::function<void(const std::string&)> progress;  // progress lines (stderr in the tool)
 };
 

@@ -45,7 +45,7 @@ std::string_view tensor_component(std::string_view n) {
   if (starts(n, "mtp.") || has(n, ".mtp.")) return "dspark";
   if (starts(n, "vision.") || starts(n, "aligner.") || starts(n, "image_")) return "vision";
   if (n == "embed.weight" || n == "head.weight") return "embeddings_head";
-  if (has(n, ".engram.")) return "engram";
+  if (has(n, ".engram.") || starts(n, "engram.")) return "engram";  // + the token map (engram.token_map)
   if (has(n, ".ffn.experts.")) return "routed_experts";
   if (has(n, ".ffn.shared_experts.")) return "shared_experts";
   if (has(n, ".ffn.gate.")) return "router";

@@ -214,7 +214,7 @@ const TensorInfo& ModelDescription::tensor(const std::string& canonical) const {
   return it->second;
 }
 
-ModelDescription load_model(const std::string& dir) {
+ModelDescription load_model(const std::string& dir, const std::string& engram_token_map) {
   ModelDescription m;
   m.dir = dir;
   const std::string config_path = (std::filesystem::path(dir) / "config.json").string();
@@ -353,6 +353,7 @@ ModelDescription load_model(const std::string& dir) {
                        "vision_config and the expert counts)"
                      : "compress_ratios, num_hash_layers and the expert count)"));
   }
+  if (v41 || !engram_token_map.empty()) attach_engram_token_map(m, engram_token_map);
   return m;
 }
 

@@ -41,7 +41,20 @@ struct ModelDescription {
 
 // Loads config.json + checkpoint from `dir`, detects the layout, resolves and validates every tensor the
 // config implies (presence, dtype class, exact shape). Errors name the file and the tensor.
-ModelDescription load_model(const std::string& dir);
+// V4.1 with Engram: the compressed token map (see attach_engram_token_map) is taken from
+// `engram_token_map` when given, else from `dir`/engram_token_map.safetensors when that file exists.
+ModelDescription load_model(const std::string& dir, const std::string& engram_token_map = {});
+
+// The Engram compressed-token map (architecture spec section 2.6, step 1) is made from the tokenizer, not
+// stored in the release (scripts/make_engram_token_map.py writes it): a safetensors file holding
+// `engram.token_map` I32 or I64 [vocab_size], metadata `compressed_vocab_size`. Checked here: dtype, shape,
+// every value in [0, engram_compressed_vocab_size) and every compressed id used (the map numbers its keys
+// in order of first appearance), the metadata (when present) equal to the config's. The file joins the
+// checkpoint (last in checkpoint.files(), so the plan records its size and header hash) and the tensor
+// joins m.tensors. `path` empty: the default file in m.dir, skipped when absent. Errors name the file.
+inline constexpr const char* kEngramTokenMapFile = "engram_token_map.safetensors";
+inline constexpr const char* kEngramTokenMapTensor = "engram.token_map";
+void attach_engram_token_map(ModelDescription& m, const std::string& path);
 
 // How the release stores a tensor. load_model also accepts a plain floating-point tensor of the logical
 // shape in place of any quantized form (a dequantized checkpoint), and FP8 in place of FP4.

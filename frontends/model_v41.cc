@@ -4,6 +4,8 @@
 // Cross-checked: for the real V4.1-Flash config these rules give the release's 96,085 tensors and
 // 510,286,023,000 payload bytes (tests/frontend/dry_run_test.cc).
 #include <algorithm>
+#include <cstring>
+#include <filesystem>
 
 #include "frontends/model.h"
 
@@ -199,6 +201,80 @@ std::vector<StoredTensor> release_tensors(const ModelConfig& c) {
     }
   }
   return out;
+}
+
+void attach_engram_token_map(ModelDescription& m, const std::string& given) {
+  namespace fs = std::filesystem;
+  const ModelConfig& c = m.config;
+  const bool engram = c.family == ModelFamily::DeepseekV41 && !c.engram_layer_ids.empty();
+  std::string path = given;
+  if (path.empty()) {
+    path = (fs::path(m.dir) / kEngramTokenMapFile).string();
+    if (!engram || !fs::is_regular_file(path)) return;  // none beside the checkpoint: the importer decides
+  } else {
+    if (!fs::is_regular_file(path)) throw Error(path + ": no such Engram token map file");
+    if (!engram) throw Error(path + ": an Engram token map was given, but " + m.dir + "/config.json has no Engram layers");
+    // A plan names its files relative to the model directory (the runtime refuses anything else).
+    const fs::path rel = fs::absolute(path).lexically_normal().lexically_relative(fs::absolute(m.dir).lexically_normal());
+    if (rel.empty() || *rel.begin() == "..")
+      throw Error(path + ": the Engram token map must lie inside the model directory " + m.dir +
+                  " (plans name their files relative to it): move or copy it there");
+  }
+  const std::string how = " (scripts/make_engram_token_map.py MODEL_DIR makes it from tokenizer.json)";
+  const SafetensorsFile& f = m.checkpoint.add_file(path);
+  const TensorInfo* t = nullptr;
+  for (const TensorInfo& x : f.tensors()) {
+    if (x.name != kEngramTokenMapTensor)
+      throw Error(path + ": unexpected tensor '" + x.name + "' in the Engram token map file (only '" +
+                  kEngramTokenMapTensor + "' belongs there)");
+    t = &x;
+  }
+  if (!t) throw Error(path + ": no tensor '" + kEngramTokenMapTensor + "'" + how);
+  const std::string where = path + ": tensor '" + kEngramTokenMapTensor + "'";
+  if (t->dtype != DType::I32 && t->dtype != DType::I64)
+    throw Error(where + " has dtype " + std::string(dtype_name(t->dtype)) + " but must be I32 or I64");
+  if (t->shape != std::vector<int64_t>{c.vocab_size})
+  {
+    std::string shape;
+    for (int64_t d : t->shape) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+    throw Error(where + " has shape [" + shape + "] but config.json's vocab_size needs [" +
+                std::to_string(c.vocab_size) + "]");
+  }
+  const int64_t K = c.engram_compressed_vocab_size;
+  const auto& meta = f.metadata();
+  for (const auto& [key, want] : {std::pair<std::string, int64_t>{"compressed_vocab_size", K}, {"vocab_size", c.vocab_size}}) {
+    auto it = meta.find(key);
+    if (it == meta.end()) continue;
+    if (it->second != std::to_string(want))
+      throw Error(path + ": metadata " + key + " is '" + it->second + "' but config.json has " +
+                  (key == "vocab_size" ? "vocab_size " : "engram_compressed_vocab_size ") + std::to_string(want) +
+                  " (a map made for another model)");
+  }
+  // The map numbers its keys in order of first appearance, so it uses every id in [0, K) exactly as
+  // the config counts them; anything else is a map of another tokenizer.
+  std::span<const uint8_t> bytes = m.checkpoint.bytes(*t);
+  const size_t es = dtype_size(t->dtype);
+  std::vector<bool> used(size_t(std::max<int64_t>(K, 0)));
+  int64_t n_used = 0;
+  for (int64_t k = 0; k < c.vocab_size; ++k) {
+    int64_t v;
+    if (es == 4) {
+      int32_t x;
+      std::memcpy(&x, bytes.data() + size_t(k) * 4, 4);
+      v = x;
+    } else {
+      std::memcpy(&v, bytes.data() + size_t(k) * 8, 8);
+    }
+    if (v < 0 || v >= K)
+      throw Error(where + " maps token " + std::to_string(k) + " to " + std::to_string(v) +
+                  ", outside [0, engram_compressed_vocab_size " + std::to_string(K) + ")");
+    if (!used[size_t(v)]) used[size_t(v)] = true, ++n_used;
+  }
+  if (n_used != K)
+    throw Error(where + " uses " + std::to_string(n_used) + " compressed ids but config.json has "
+                "engram_compressed_vocab_size " + std::to_string(K) + " (a map of another tokenizer?)");
+  m.tensors[kEngramTokenMapTensor] = *t;
+  m.source_names[kEngramTokenMapTensor] = t->name;
 }
 
 }  // namespace smelt

@@ -365,7 +365,8 @@ Checkpoint Checkpoint::open(const std::string& dir) {
     fs::directory_iterator it(dir, ec);
     if (ec) throw Error(dir + ": cannot list directory: " + ec.message());
     for (const auto& entry : it)
-      if (entry.path().extension() == ".safetensors" && is_regular_file(entry.path().string()))
+      if (entry.path().extension() == ".safetensors" && entry.path().filename() != "engram_token_map.safetensors" &&
+          is_regular_file(entry.path().string()))
         paths.push_back(entry.path().string());
     std::sort(paths.begin(), paths.end());
     if (paths.empty()) throw Error(dir + ": no *.safetensors files and no model.safetensors.index.json");
@@ -390,6 +391,17 @@ Checkpoint Checkpoint::open(const std::string& dir) {
                   "', but that file has no such tensor");
   }
   return ck;
+}
+
+const SafetensorsFile& Checkpoint::add_file(const std::string& path) {
+  const uint32_t idx = uint32_t(files_.size());
+  SafetensorsFile f = SafetensorsFile::open(path, idx);
+  for (const TensorInfo& t : f.tensors())
+    if (const TensorInfo* have = find(t.name))
+      throw Error(path + ": tensor '" + t.name + "' is also in '" + files_[have->file].path() + "'");
+  for (const TensorInfo& t : f.tensors()) tensors_.emplace(t.name, t);
+  files_.push_back(std::move(f));
+  return files_.back();
 }
 
 const TensorInfo* Checkpoint::find(const std::string& name) const {

@@ -78,10 +78,14 @@ class SafetensorsFile {
 
 // All tensors of a checkpoint directory: the shards listed by model.safetensors.index.json, else
 // model.safetensors alone when present (as transformers loads it), else every *.safetensors file in the
-// directory (sorted). A name present twice is an error.
+// directory (sorted; engram_token_map.safetensors, which is data made from the tokenizer, is not a shard).
+// A name present twice is an error.
 class Checkpoint {
  public:
   static Checkpoint open(const std::string& dir);
+  // One more file beside the shards (the Engram token map): its tensors join the others (a name already
+  // present is an error) and it is listed last in files().
+  const SafetensorsFile& add_file(const std::string& path);
 
   const std::string& dir() const { return dir_; }
   const std::vector<SafetensorsFile>& files() const { return files_; }

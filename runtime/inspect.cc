@@ -78,7 +78,9 @@ std::string layer_ranges(const std::vector<OpRef>& ops) {
 // One rank of a partitioned plan: where it sits, what it holds, and what it exchanges per decode step (the
 // forward over one row): per collective kind the count and the bytes of its rows (all_reduce and send/recv:
 // the row exchanged; all_gather: the gathered row).
-nlohmann::ordered_json rank_json(const Rank& r) {
+// `target`: the top-level Plan.target_json; a rig's (or h200's) plan maps ranks to GPUs (rank_gpus) and records
+// the memory the compiler counted per rank (rank_memory).
+nlohmann::ordered_json rank_json(const Rank& r, const nlohmann::json& target) {
   const Plan& plan = *r.plan;
   nlohmann::ordered_json j;
   j["index"] = r.index;
@@ -86,6 +88,22 @@ nlohmann::ordered_json rank_json(const Rank& r) {
   j["tp_rank"] = r.tp_rank;
   j["arch"] = r.arch;
   j["share"] = r.share;
+  const size_t at = size_t(r.index);
+  if (target.is_object() && target.contains("rank_gpus") && target["rank_gpus"].is_array() &&
+      at < target["rank_gpus"].size() && target.contains("gpus") && target["gpus"].is_array()) {
+    const nlohmann::json& g = target["rank_gpus"][at];
+    if (g.is_number_integer() && g.get<size_t>() < target["gpus"].size()) {
+      const nlohmann::json& gpu = target["gpus"][g.get<size_t>()];
+      j["gpu"] = {{"index", g}, {"name", gpu.value("name", "")}, {"memory_bytes", gpu.value("memory_bytes", 0ull)}};
+    }
+    if (target.contains("rank_memory") && target["rank_memory"].is_array() && at < target["rank_memory"].size()) {
+      const nlohmann::json& m = target["rank_memory"][at];
+      uint64_t need = 0;
+      for (const char* k : {"weights", "states", "arena", "kernels"}) need += m.value(k, 0ull);
+      j["memory_bytes_needed"] = need;
+      j["memory_bytes_available"] = m.value("available", 0ull);
+    }
+  }
   j["layers"] = layer_ranges(plan.ops());
   bool embedding = false;
   for (const OpRef& op : plan.ops()) embedding = embedding || op.spec->kind == OpKind::Embedding;
@@ -109,6 +127,10 @@ nlohmann::ordered_json rank_json(const Rank& r) {
   }
   j["collectives_per_decode_step"] = coll;
   j["collective_bytes_per_decode_step"] = total;
+  std::map<std::string, uint64_t> kernels;  // the rank's device code: bytes per arch (compute_XX = PTX)
+  if (plan.fb().kernels())
+    for (const fb::KernelImage* k : *plan.fb().kernels()) kernels[str(k->arch())] += k->image() ? k->image()->size() : 0;
+  if (!kernels.empty()) j["kernels"] = kernels;
   return j;
 }
 
@@ -147,8 +169,9 @@ nlohmann::ordered_json inspect_json(const Plan& plan) {
   if (plan.partitioned()) {  // the ranks hold the tables; the totals are theirs
     uint64_t w = 0, s = 0, a = 0;
     nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+    const nlohmann::json target = nlohmann::json::parse(str(p.target_json()), nullptr, /*allow_exceptions=*/false);
     for (const Rank& r : plan.ranks()) {
-      ranks.push_back(rank_json(r));
+      ranks.push_back(rank_json(r, target));
       w += weight_bytes(*r.plan);
       s += state_bytes(*r.plan);
       a += r.plan->fb().arena_bytes();
@@ -211,6 +234,12 @@ std::string inspect_text(const Plan& plan) {
         if (r["embedding"].get<bool>()) layers += " + embedding";
         if (r["head"].get<bool>()) layers += " + head";
         out += "    layers: " + layers + "\n";
+        if (r.contains("gpu"))
+          out += "    gpu: " + value(r["gpu"]["index"]) + " " + value(r["gpu"]["name"]) + " (" +
+                 value(r["gpu"]["memory_bytes"]) + " bytes)\n";
+        if (r.contains("memory_bytes_needed"))
+          out += "    memory: " + value(r["memory_bytes_needed"]) + " of " + value(r["memory_bytes_available"]) +
+                 " bytes available (compile-time count)\n";
         for (const char* key : {"ops", "weight_bytes", "state_bytes", "arena_bytes"}) {
           out += "    ";
           out += key;
@@ -220,6 +249,11 @@ std::string inspect_text(const Plan& plan) {
         for (auto& [name, c] : r["collectives_per_decode_step"].items())
           coll += (coll.empty() ? "" : ", ") + name + " x" + value(c["count"]) + " (" + value(c["bytes"]) + " bytes)";
         out += "    collectives per decode step: " + (coll.empty() ? std::string("none") : coll) + "\n";
+        if (r.contains("kernels")) {
+          std::string ks;
+          for (auto& [arch, bytes] : r["kernels"].items()) ks += (ks.empty() ? "" : ", ") + arch + " " + value(bytes) + " bytes";
+          out += "    kernels: " + ks + "\n";
+        }
       }
     } else if (k == "checkpoint_files") {
       out += k + ":\n";

@@ -100,7 +100,7 @@ echo "arch_error|plans/arch_error.smelt|examples/tiny-v4" >> "$M"
 # (headers only). With --synthetic-weights the GPU machine needs no checkpoint, only the plan.
 SLICE=$(mktemp -d)
 "$BUILD/bin/smelt-make-checkpoint" --config tests/frontend/data/deepseek-v4.1-flash/config.json --out "$SLICE" --layers 4 > /dev/null 2>&1
-compile bench_v41flash_slice4 "$SLICE" h200 --max-seq-len 8192
+compile bench_v41flash_slice4 "$SLICE" h200 --max-seq-len 8192 || echo "warning: bench_v41flash_slice4 not compiled (skipped)"
 rm -rf "$SLICE"
 
 tar -C "$OUT/work" -cJf "$OUT/plans.tar.xz" .

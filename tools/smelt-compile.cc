@@ -1,6 +1,7 @@
 // smelt-compile MODEL_DIR --target cpu|h200|FILE.json [--tp N] [--pp M] -o PLAN.smelt
 //               [--dump-ir-after-all DIR] [--compile-to PHASE] [--compile-from FILE.mlir]
 //               [--max-rows N] [--max-seq-len N] [--pipeline STR] [--capture-intermediates]
+//               [--engram-token-map FILE]
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -14,9 +15,12 @@ namespace {
 const char* kUsage =
     "usage: smelt-compile MODEL_DIR --target cpu|h200|FILE.json [--tp N] [--pp M] -o PLAN.smelt\n"
     "                     [--shares a,b,...] [--stages l0,l1,...]   (uneven TP shares; layers per PP stage)\n"
+    "                     (a rig FILE.json puts rank r on GPU r and checks every rank's memory: docs/partition.md)\n"
     "                     [--dump-ir-after-all DIR] [--compile-to import|verify|select-kernels|plan-memory]\n"
     "                     [--compile-from FILE.mlir] [--max-rows N] [--max-seq-len N] [--pipeline STR]\n"
     "                     [--numerics model|fp32]   (fp32: the V4.1 model's bf16/FP8/FP4 rounding steps off)\n"
+    "                     [--engram-token-map FILE]   (V4.1 Engram map inside MODEL_DIR; default\n"
+    "                      MODEL_DIR/engram_token_map.safetensors, see scripts/make_engram_token_map.py)\n"
     "       smelt-compile MODEL_DIR --dry-run [--json]   (headers only: tensor count, bytes, memory by component)\n";
 
 int64_t parse_int(const std::string& flag, const std::string& v) {
@@ -72,6 +76,7 @@ int main(int argc, char** argv) {
       else if (a == "--shares") o.shares = value;
       else if (a == "--stages") o.stages = value;
       else if (a == "--numerics") o.numerics = value;
+      else if (a == "--engram-token-map") o.engram_token_map = value;
       else if (a[0] == '-') throw smelt::Error("unknown option " + a + "\n" + kUsage);
       else if (o.model_dir.empty()) o.model_dir = a;
       else throw smelt::Error("unexpected argument " + a + " (MODEL_DIR is " + o.model_dir + ")");

@@ -44,6 +44,17 @@ Target from_rig(const std::string& path) {
     if (!j["name"].is_string()) throw Error(path + ": 'name' must be a string");
     t.name = j["name"].get<std::string>();
   }
+  if (j.contains("headroom_fraction")) {
+    if (!j["headroom_fraction"].is_number() || j["headroom_fraction"].get<double>() < 0 ||
+        j["headroom_fraction"].get<double>() >= 1)
+      throw Error(path + ": 'headroom_fraction' must be a number in [0, 1)");
+    t.headroom_fraction = j["headroom_fraction"].get<double>();
+  }
+  if (j.contains("headroom_gb")) {
+    if (!j["headroom_gb"].is_number() || j["headroom_gb"].get<double>() < 0)
+      throw Error(path + ": 'headroom_gb' must be a number >= 0");
+    t.headroom_bytes = uint64_t(j["headroom_gb"].get<double>() * 1e9);
+  }
   for (size_t i = 0; i < j["gpus"].size(); ++i) {
     const auto& g = j["gpus"][i];
     std::string where = path + ": gpus[" + std::to_string(i) + "]";
@@ -66,6 +77,7 @@ Target from_rig(const std::string& path) {
     }
     for (int64_t k = 0; k < count; ++k) t.gpus.push_back(gpu);
   }
+  t.rig = true;
   finish(t);
   return t;
 }
@@ -115,6 +127,7 @@ std::string Target::json() const {
   j["ptx"] = ptx_arch;
   j["gpus"] = nlohmann::json::array();
   for (const auto& g : gpus) j["gpus"].push_back({{"name", g.name}, {"arch", g.arch}, {"memory_bytes", g.memory_bytes}});
+  if (rig) j["headroom"] = {{"fraction", headroom_fraction}, {"bytes", headroom_bytes}};
   return j.dump();
 }
 

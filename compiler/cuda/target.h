@@ -21,6 +21,11 @@ struct Target {
   std::vector<std::string> archs;  // distinct cubin archs, ascending by compute capability
   std::string ptx_arch;            // compute_XX of the highest arch ("" for cpu)
   std::vector<TargetGpu> gpus;     // one entry per GPU (h200: 1; an arch list: one per arch, memory 0)
+  bool rig = false;                // a rig file: rank r runs on gpus[r] (docs/partition.md, "Rigs")
+  // What a GPU keeps for the CUDA context, the runtime's scratch and NCCL: a fraction of its memory + bytes
+  // (rig file keys headroom_fraction, headroom_gb; default 5% + 1 GiB).
+  double headroom_fraction = 0.05;
+  uint64_t headroom_bytes = uint64_t(1) << 30;
   std::string json() const;        // the normalised description recorded in Plan.target_json ("" for cpu)
 };
 

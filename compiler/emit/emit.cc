@@ -98,7 +98,16 @@ struct Entry {
   std::vector<mlir::func::FuncOp> programs;
   int64_t arena = 0;
   bool rank = false;
+  std::string arch;  // a rank's arch(s) ("sm_80", "sm_80+sm_120"): its plan carries only their cubins (+ PTX)
 };
+
+// A rank's plan holds the cubins of its own arch(s) and the PTX; an unpartitioned plan (or a cpu rank) all.
+bool carries(const Entry& e, const cuda_compile::PlanKernel& k) {
+  if (!e.rank || e.arch.empty() || e.arch == "cpu" || k.image.format != "cubin") return true;
+  llvm::SmallVector<llvm::StringRef> archs;
+  llvm::StringRef(e.arch).split(archs, '+');
+  return llvm::is_contained(archs, k.image.arch);
+}
 
 // The symbols (weights, states) the functions of `e` refer to.
 llvm::StringSet<> used_symbols(const Entry& e) {
@@ -305,7 +314,8 @@ fb::Offset<plan::Plan> build_plan(fb::FlatBufferBuilder& fbb, mlir::ModuleOp mod
 
   std::vector<fb::Offset<plan::KernelImage>> kernels;
   for (const auto& k : o.kernels)
-    kernels.push_back(plan::CreateKernelImageDirect(fbb, k.name.c_str(), k.image.arch.c_str(), k.image.format.c_str(),
+    if (carries(e, k))
+      kernels.push_back(plan::CreateKernelImageDirect(fbb, k.name.c_str(), k.image.arch.c_str(), k.image.format.c_str(),
                                                     k.image.source_hash, &k.image.bytes));
   std::string version = compiler_version_text();
   return plan::CreatePlanDirect(fbb, version.c_str(), family.c_str(), config.c_str(), o.target.c_str(),
@@ -327,6 +337,8 @@ std::vector<uint8_t> emit_partitioned(mlir::ModuleOp module, const EmitOptions& 
   for (auto f : module.getOps<mlir::func::FuncOp>()) {
     Entry& e = ranks[rank_value(f, "index")];
     e.rank = true;
+    if (auto d = f->getAttrOfType<mlir::DictionaryAttr>("smelt.rank"))
+      if (auto a = d.getAs<mlir::StringAttr>("arch")) e.arch = a.str();
     if (f.getSymName().ends_with("_forward")) e.forward = f;
     else if (f.getSymName().ends_with("_dspark_draft")) e.programs.push_back(f);
     else throw Error("plan emission: @" + f.getSymName().str() + " is not a rank's forward or dspark_draft");

@@ -413,22 +413,27 @@ mlir::OwningOpRef<mlir::ModuleOp> ImporterV41::run() {
   Value ids = begin(rows_of("head.weight"));
   Value x = make1("smelt.embedding", ids, rows(c_.hidden_size), {ref("embed", "embed.weight"), bf16()});
   if (!c_.engram_layer_ids.empty()) {
-    // The compressed token map is tokenizer-derived and not in the checkpoint: only the identity map of a
-    // model whose compressed vocab covers every token id (the test models) can be expressed so far.
-    if (c_.engram_compressed_vocab_size < c_.vocab_size)
+    // The compressed token map is tokenizer-derived data beside the checkpoint (load_model attaches and
+    // checks it); without one only the identity map of a model whose compressed vocab covers every token id
+    // (the test models) can be expressed.
+    const bool has_map = m_.has(kEngramTokenMapTensor);
+    if (!has_map && c_.engram_compressed_vocab_size < c_.vocab_size)
       throw Error(cfg + ": Engram needs the compressed token map (engram_compressed_vocab_size " +
                   std::to_string(c_.engram_compressed_vocab_size) + " < vocab_size " + std::to_string(c_.vocab_size) +
-                  "), which the checkpoint does not carry; only the identity map is supported so far");
+                  "), which the checkpoint does not carry: make it with `scripts/make_engram_token_map.py " + m_.dir +
+                  "` (writes " + kEngramTokenMapFile + " there; needs `pip install tokenizers`) or pass "
+                  "--engram-token-map FILE");
     layer_ = 0;  // the history is owned by the first layer's state slot; the op itself runs before the layers
     state("engram.history", "engram_history", c_.engram_max_ngram_size, 1);
     layer_ = -1;
     const int64_t cols = int64_t(c_.engram_layer_ids.size()) * (c_.engram_max_ngram_size - 1) * c_.engram_n_heads;
     llvm::SmallVector<int64_t> ls(c_.engram_layer_ids.begin(), c_.engram_layer_ids.end());
-    hashes_ = make1("smelt.engram_hash", ids, irows(cols),
-                    {sym("history", "engram.history"), b_.getNamedAttr("layers", b_.getDenseI64ArrayAttr(ls)),
-                     i64("vocab", c_.engram_vocab_size), i64("heads", c_.engram_n_heads),
-                     i64("max_ngram", c_.engram_max_ngram_size), i64("compressed_vocab", c_.engram_compressed_vocab_size),
-                     i64("pad_id", c_.engram_pad_token_id)});
+    llvm::SmallVector<NamedAttribute> a{
+        sym("history", "engram.history"), b_.getNamedAttr("layers", b_.getDenseI64ArrayAttr(ls)),
+        i64("vocab", c_.engram_vocab_size), i64("heads", c_.engram_n_heads), i64("max_ngram", c_.engram_max_ngram_size),
+        i64("compressed_vocab", c_.engram_compressed_vocab_size), i64("pad_id", c_.engram_pad_token_id)};
+    if (has_map) a.push_back(ref("token_map", kEngramTokenMapTensor));
+    hashes_ = make1("smelt.engram_hash", ids, irows(cols), a);
   }
   Value X = make1("smelt.hc_init", x, rows(c_.hc_mult * c_.hidden_size), {i64("hc_mult", c_.hc_mult)});
   if (o_.progress)

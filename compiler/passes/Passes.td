@@ -49,7 +49,7 @@ def SmeltPartition : Pass<"smelt-partition", "::mlir::ModuleOp"> {
   let options = [
     Option<"tp", "tp", "int64_t", /*default=*/"1", "tensor-parallel size of every stage">,
     Option<"pp", "pp", "int64_t", /*default=*/"1", "pipeline stages">,
-    ListOption<"shares", "shares", "int64_t", "relative share of every TP rank (default: even)">,
+    ListOption<"shares", "shares", "int64_t", "relative share of every TP rank, or of every rank (tp*pp values, stage-major; default: even)">,
     ListOption<"stages", "stages", "int64_t", "layers per stage (default: balanced by weight bytes)">,
     ListOption<"archs", "archs", "std::string", "arch of every rank, or one for all (default cpu)">,
   ];

@@ -269,13 +269,16 @@ struct Partition : impl::SmeltPartitionBase<Partition> {
     forward = module.lookupSymbol<mlir::func::FuncOp>("forward");
     if (!forward || forward.getBody().empty()) return (void)fail("the module has no @forward (already partitioned?)");
     auto draft = module.lookupSymbol<mlir::func::FuncOp>("dspark_draft");
-    std::vector<double> share(size_t(tp), 1.0);
+    // One share per TP rank (every stage alike), or one per rank (stage-major: each stage's TP group its own).
+    std::vector<double> share(size_t(tp * pp), 1.0);
     if (!shares.empty()) {
-      if (int64_t(shares.size()) != tp)
-        return (void)fail("shares lists " + std::to_string(shares.size()) + " values for --tp " + std::to_string(tp));
-      for (size_t i = 0; i < shares.size(); ++i) {
-        if (shares[i] <= 0) return (void)fail("shares must be positive");
-        share[i] = double(shares[i]);
+      if (int64_t(shares.size()) != tp && int64_t(shares.size()) != tp * pp)
+        return (void)fail("shares lists " + std::to_string(shares.size()) + " values for --tp " + std::to_string(tp) +
+                          " (expected one per TP rank, or one per rank: " + std::to_string(tp * pp) + ")");
+      for (size_t i = 0; i < share.size(); ++i) {
+        int64_t v = shares[int64_t(shares.size()) == tp * pp ? i : i % size_t(tp)];
+        if (v <= 0) return (void)fail("shares must be positive");
+        share[i] = double(v);
       }
     }
     std::vector<std::string> arch(size_t(tp * pp), "cpu");
@@ -305,19 +308,19 @@ struct Partition : impl::SmeltPartitionBase<Partition> {
       }
     }
 
-    double total = std::accumulate(share.begin(), share.end(), 0.0);
     mlir::Builder b(&getContext());
     mlir::SymbolTable symbols(module);
     for (int64_t s = 0; s < pp; ++s) {
       partition::TpRank tr;
-      tr.shares = share;
+      tr.shares.assign(share.begin() + s * tp, share.begin() + (s + 1) * tp);
+      const double total = std::accumulate(tr.shares.begin(), tr.shares.end(), 0.0);
       for (int64_t t = 0; t < tp; ++t) tr.group.push_back(s * tp + t);
       for (int64_t t = 0; t < tp; ++t) {
         const int64_t r = s * tp + t;
         auto rank_attr = b.getDictionaryAttr(
             {b.getNamedAttr("index", b.getI64IntegerAttr(r)), b.getNamedAttr("stage", b.getI64IntegerAttr(s)),
              b.getNamedAttr("tp_rank", b.getI64IntegerAttr(t)), b.getNamedAttr("arch", b.getStringAttr(arch[size_t(r)])),
-             b.getNamedAttr("share", b.getF64FloatAttr(share[size_t(t)] / total))});
+             b.getNamedAttr("share", b.getF64FloatAttr(tr.shares[size_t(t)] / total))});
         mlir::func::FuncOp g = stage_function(s, t, stage_of, boundary);
         g.setSymName("rank" + std::to_string(r) + "_forward");
         g->setAttr("smelt.rank", rank_attr);

@@ -10,6 +10,11 @@ extern "C" __global__ void smelt_add(const float* a, const float* b, float* c, i
   for (i64 i = i64(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += i64(gridDim.x) * blockDim.x)
     c[i] = __fadd_rn(a[i], b[i]);
 }
+// smelt_add then the op's `round = "bf16"`, in one pass.
+extern "C" __global__ void smelt_add_bf16(const float* a, const float* b, float* c, i64 n) {
+  for (i64 i = i64(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += i64(gridDim.x) * blockDim.x)
+    c[i] = round_bf16(__fadd_rn(a[i], b[i]));
+}
 
 // x <- bf16(x), in place, over n elements (kernels/bf16.h round_bf16).
 extern "C" __global__ void smelt_round_bf16_rows(float* x, i64 n) {

@@ -93,18 +93,26 @@ extern "C" __global__ void smelt_hc_sinkhorn(const float* m_all, int rows, int n
 }
 
 // u[r, d] = sum_c pre[r, c] * X[r, c, d] in copy order (pre == nullptr: copy 0). grid (ceil(D/256), rows).
-extern "C" __global__ void smelt_hc_collapse(const float* X, const float* pre, int n, int D, float* u) {
+// R: the op's `round = "bf16"` in the same pass (the _bf16 entry points).
+template <bool R>
+__device__ __forceinline__ void hc_collapse_body(const float* X, const float* pre, int n, int D, float* u) {
   const i64 r = blockIdx.y;
   const int d = blockIdx.x * blockDim.x + threadIdx.x;
   if (d >= D) return;
   const float* x = X + r * n * D;
   if (!pre) {
-    u[r * D + d] = x[d];
+    u[r * D + d] = R ? round_bf16(x[d]) : x[d];
     return;
   }
   float s = 0.f;
   for (int c = 0; c < n; ++c) s = __fadd_rn(s, __fmul_rn(pre[r * n + c], x[i64(c) * D + d]));
-  u[r * D + d] = s;
+  u[r * D + d] = R ? round_bf16(s) : s;
+}
+extern "C" __global__ void smelt_hc_collapse(const float* X, const float* pre, int n, int D, float* u) {
+  hc_collapse_body<false>(X, pre, n, D, u);
+}
+extern "C" __global__ void smelt_hc_collapse_bf16(const float* X, const float* pre, int n, int D, float* u) {
+  hc_collapse_body<true>(X, pre, n, D, u);
 }
 
 // hc_head's collapse: pre[c] = sigmoid(m[c] * scale[0] + base[c]) + hc_eps from the n logits, then collapse.
@@ -124,8 +132,9 @@ extern "C" __global__ void smelt_hc_head_collapse(const float* X, const float* m
 }
 
 // out[r, k, d] = post[r, k] * y[r, d] + sum_a comb[r, a*n + k] * X[r, a, d]. grid (ceil(D/256), rows, n).
-extern "C" __global__ void smelt_hc_expand(const float* X, const float* y, const float* post, const float* comb, int D,
-                                           float* out) {
+template <bool R>
+__device__ __forceinline__ void hc_expand_body(const float* X, const float* y, const float* post, const float* comb,
+                                               int D, float* out) {
   const i64 r = blockIdx.y, k = blockIdx.z, n = gridDim.z;
   const int d = blockIdx.x * blockDim.x + threadIdx.x;
   if (d >= D) return;
@@ -133,7 +142,16 @@ extern "C" __global__ void smelt_hc_expand(const float* X, const float* y, const
   const float* c = comb + r * n * n;
   float s = 0.f;
   for (int a = 0; a < n; ++a) s = __fadd_rn(s, __fmul_rn(c[a * n + k], x[i64(a) * D + d]));
-  out[(r * n + k) * D + d] = __fadd_rn(__fmul_rn(post[r * n + k], y[r * D + d]), s);
+  const float v = __fadd_rn(__fmul_rn(post[r * n + k], y[r * D + d]), s);
+  out[(r * n + k) * D + d] = R ? round_bf16(v) : v;
+}
+extern "C" __global__ void smelt_hc_expand(const float* X, const float* y, const float* post, const float* comb, int D,
+                                           float* out) {
+  hc_expand_body<false>(X, y, post, comb, D, out);
+}
+extern "C" __global__ void smelt_hc_expand_bf16(const float* X, const float* y, const float* post, const float* comb,
+                                                int D, float* out) {
+  hc_expand_body<true>(X, y, post, comb, D, out);
 }
 
 // m[r, d] = bf16(sum_c X[r, c, d] / n) (rb = 0, numerics fp32: not rounded). grid (ceil(D/256), rows).

@@ -21,6 +21,49 @@ __device__ __forceinline__ u32 order_bits(float s) {
 }
 __device__ __forceinline__ u64 sel_key(float s, i64 j) { return (u64(order_bits(s)) << 32) | u64(0xffffffffu - u32(j)); }
 
+// hist[bin] += 1, one shared-memory atomic per distinct bin of the warp (close scores share their top bytes, so
+// per-thread atomics on one bin serialise).
+__device__ __forceinline__ void hist_add(int* hist, int bin) {
+  const unsigned peers = __match_any_sync(__activemask(), bin);
+  if ((threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&hist[bin], __popc(peers));
+}
+
+// The serial scan "from digit 255 down, skip whole bins while they hold fewer than `need` keys" done by each warp
+// with a lane-parallel prefix sum (lane l holds bins 255-8l .. 248-8l); every thread gets the scan's digit, exact
+// and remaining need. The whole block calls it (blockDim.x a multiple of 32).
+__device__ __forceinline__ void pick_digit(const int* hist, int& need, int& digit, bool& exact) {
+  const int lane = threadIdx.x & 31;
+  int c[8], sum = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) sum += c[i] = hist[255 - (lane * 8 + i)];
+  int inc = sum;
+  for (int o = 1; o < 32; o <<= 1) {
+    const int t = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o) inc += t;
+  }
+  const int exc = inc - sum;
+  const unsigned hit = __ballot_sync(0xffffffffu, exc < need && need <= inc);
+  if (!hit) {  // fewer keys than needed: the serial scan runs off the end
+    need -= __shfl_sync(0xffffffffu, inc, 31);
+    digit = 0, exact = false;
+    return;
+  }
+  const int src = __ffs(hit) - 1;
+  int nd = need - exc, dg = 0, ex = 0;
+  if (lane == src)
+    for (int i = 0; i < 8; ++i) {
+      if (c[i] < nd) {
+        nd -= c[i];
+        continue;
+      }
+      dg = 255 - (lane * 8 + i), ex = c[i] == nd;
+      break;
+    }
+  need = __shfl_sync(0xffffffffu, nd, src);
+  digit = __shfl_sync(0xffffffffu, dg, src);
+  exact = __shfl_sync(0xffffffffu, ex, src) != 0;
+}
+
 // Selects the `keep` largest keys among n (keys from get(j)); writes them to list[0 .. keep) in no particular
 // order. Block-wide; hist is 256 ints of shared memory.
 template <class Get>
@@ -32,21 +75,12 @@ __device__ void radix_select(int n, int keep, Get get, u64* list, int* hist, int
     __syncthreads();
     for (int j = threadIdx.x; j < n; j += blockDim.x) {
       const u64 k = get(j);
-      if ((k & mask) == prefix) atomicAdd(&hist[(k >> shift) & 255], 1);
+      if ((k & mask) == prefix) hist_add(hist, int((k >> shift) & 255));
     }
     __syncthreads();
     int digit = 0;
     bool exact = false;
-    for (int d = 255; d >= 0; --d) {
-      const int c = hist[d];
-      if (c < need) {
-        need -= c;
-        continue;
-      }
-      digit = d;
-      exact = c == need;
-      break;
-    }
+    pick_digit(hist, need, digit, exact);
     prefix |= u64(digit) << shift;
     mask |= u64(255) << shift;
     __syncthreads();
@@ -92,6 +126,7 @@ extern "C" __global__ void smelt_indexer_scores(const float* q, const float* w, 
   extern __shared__ float qs[];
   const i64 i = blockIdx.y;
   const i64 visible = (step->p0 + i + 1) / ratio;
+  if (i64(blockIdx.x) * (blockDim.x / 32) >= visible) return;  // the whole block past the visible entries
   for (int c = threadIdx.x; c < H * hd; c += blockDim.x) qs[c] = q[i * H * hd + c];
   __syncthreads();
   const i64 j = i64(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
@@ -115,6 +150,7 @@ extern "C" __global__ void smelt_indexer_v41_scores(const float* q, const float*
   extern __shared__ float qs[];
   const i64 i = blockIdx.y;
   const i64 visible = (step->p0 + i + 1) / ratio;
+  if (i64(blockIdx.x) * (blockDim.x / 32) >= visible) return;  // the whole block past the visible entries
   for (int c = threadIdx.x; c < H * hd; c += blockDim.x) qs[c] = q[i * H * hd + c];
   __syncthreads();
   const i64 j = i64(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);

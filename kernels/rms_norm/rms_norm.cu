@@ -5,7 +5,11 @@
 
 using namespace smelt_dev;
 
-extern "C" __global__ void smelt_rms_norm(const float* x, float* y, const void* w, int wdt, int len, float eps) {
+namespace {
+
+// R: the op's `round = "bf16"` applied to the output in the same pass (smelt_rms_norm_bf16).
+template <bool R>
+__device__ void rms_norm_body(const float* x, float* y, const void* w, int wdt, int len, float eps) {
   __shared__ double red[32];
   const i64 s = blockIdx.x;
   const float* xs = x + s * len;
@@ -16,6 +20,16 @@ extern "C" __global__ void smelt_rms_norm(const float* x, float* y, const void* 
   const float r = rms_scale_from(sq, len, eps);
   for (int i = threadIdx.x; i < len; i += blockDim.x) {
     const float v = __fmul_rn(xs[i], r);
-    ys[i] = w ? __fmul_rn(ldw(w, i, wdt), v) : v;
+    const float o = w ? __fmul_rn(ldw(w, i, wdt), v) : v;
+    ys[i] = R ? round_bf16(o) : o;
   }
+}
+
+}  // namespace
+
+extern "C" __global__ void smelt_rms_norm(const float* x, float* y, const void* w, int wdt, int len, float eps) {
+  rms_norm_body<false>(x, y, w, wdt, len, eps);
+}
+extern "C" __global__ void smelt_rms_norm_bf16(const float* x, float* y, const void* w, int wdt, int len, float eps) {
+  rms_norm_body<true>(x, y, w, wdt, len, eps);
 }

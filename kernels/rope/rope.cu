@@ -1,7 +1,7 @@
 // smelt.rope: interleaved pairs (2i, 2i+1) of the last rope_dim channels of every head rotate by
 // inv_freq[i] * position (the negative angle when inverse). The inverse frequencies are computed on the host
 // exactly as the cpu backend does (rope_inv_freq / rope_inv_freq_v41) and passed by value. y may alias x.
-// grid (rows), block 128.
+// grid (rows, head blocks: 1 or more), block 128.
 #include "kernels/cuda/common.cuh"
 
 using namespace smelt_dev;
@@ -10,25 +10,49 @@ struct InvFreq {
   float v[256];  // rope_dim / 2 <= 256
 };
 
-extern "C" __global__ void smelt_rope(const float* x, float* y, const StepInfo* step, int heads, int head_dim,
-                                      int rope_dim, int inverse, InvFreq f) {
+namespace {
+
+// R: the op's `round = "bf16"` on the whole output row in the same launch (smelt_rope_bf16): the rotated pairs
+// are rounded as they are written, the other channels in a pass of their own (disjoint elements).
+template <bool R>
+__device__ void rope_body(const float* x, float* y, const StepInfo* step, int heads, int head_dim, int rope_dim,
+                          int inverse, const InvFreq& f) {
   const i64 r = blockIdx.x;
   const float pos = float(step->p0 + r);
   const int half = rope_dim / 2, width = heads * head_dim;
+  // grid.y blocks share a row's heads (each element is computed the same whichever block does it).
+  const int hpb = (heads + int(gridDim.y) - 1) / int(gridDim.y), h0 = int(blockIdx.y) * hpb;
+  const int h1 = heads < h0 + hpb ? heads : h0 + hpb;
+  if (h0 >= h1) return;
   const float* xr = x + r * width;
   float* yr = y + r * width;
   if (x != y)
-    for (int i = threadIdx.x; i < width; i += blockDim.x) yr[i] = xr[i];
+    for (int i = h0 * head_dim + threadIdx.x; i < h1 * head_dim; i += blockDim.x) yr[i] = xr[i];
   __syncthreads();
-  for (int t = threadIdx.x; t < heads * half; t += blockDim.x) {
-    const int h = t / half, i = t % half;
+  for (int t = threadIdx.x; t < (h1 - h0) * half; t += blockDim.x) {
+    const int h = h0 + t / half, i = t % half;
     const float angle = __fmul_rn(f.v[i], pos);
     float sn, cs;
     sincosf(angle, &sn, &cs);
     if (inverse) sn = -sn;
     float* v = yr + h * head_dim + (head_dim - rope_dim) + 2 * i;
     const float a = v[0], b = v[1];
-    v[0] = __fsub_rn(__fmul_rn(a, cs), __fmul_rn(b, sn));
-    v[1] = __fadd_rn(__fmul_rn(b, cs), __fmul_rn(a, sn));
+    const float o0 = __fsub_rn(__fmul_rn(a, cs), __fmul_rn(b, sn)), o1 = __fadd_rn(__fmul_rn(b, cs), __fmul_rn(a, sn));
+    v[0] = R ? round_bf16(o0) : o0;
+    v[1] = R ? round_bf16(o1) : o1;
   }
+  if (R)
+    for (int i = h0 * head_dim + threadIdx.x; i < h1 * head_dim; i += blockDim.x)
+      if (i % head_dim < head_dim - rope_dim) yr[i] = round_bf16(yr[i]);
+}
+
+}  // namespace
+
+extern "C" __global__ void smelt_rope(const float* x, float* y, const StepInfo* step, int heads, int head_dim,
+                                      int rope_dim, int inverse, InvFreq f) {
+  rope_body<false>(x, y, step, heads, head_dim, rope_dim, inverse, f);
+}
+extern "C" __global__ void smelt_rope_bf16(const float* x, float* y, const StepInfo* step, int heads, int head_dim,
+                                           int rope_dim, int inverse, InvFreq f) {
+  rope_body<true>(x, y, step, heads, head_dim, rope_dim, inverse, f);
 }

@@ -168,7 +168,6 @@ CudaBackend::CudaBackend(const Plan& plan, const BackendOptions& o) : plan_(plan
 
     const auto* bufs = plan.fb().buffers();
     ops_.resize(plan.ops().size());
-    round_.resize(plan.ops().size());
     for (size_t k = 0; k < plan.ops().size(); ++k) {
       const OpRef& op = plan.ops()[k];
       OpLaunch& l = ops_[k];
@@ -178,6 +177,7 @@ CudaBackend::CudaBackend(const Plan& plan, const BackendOptions& o) : plan_(plan
       l.stream = stream_;
       l.scratch = scratch_;
       l.backend = this;
+      l.sms = dev_.sms;
       if (op.inputs.size() > std::size(l.in) || op.outputs.size() > std::size(l.out) ||
           op.states.size() > std::size(l.state))
         plan.fail(op, "has more operands than the cuda backend holds per op");
@@ -199,7 +199,6 @@ CudaBackend::CudaBackend(const Plan& plan, const BackendOptions& o) : plan_(plan
           l.state_rows[j] = shape[0];
           l.state_cols[j] = shape[1];
         }
-      round_[k] = op.s("round") == "bf16";
     }
     // SMELT_CUDA_SYNC synchronises after every op, which a graph capture forbids.
     graphs_ = o.graphs && !env_off("SMELT_CUDA_GRAPHS") && !env_on("SMELT_CUDA_SYNC");
@@ -314,14 +313,7 @@ void CudaBackend::stage_inputs(const int32_t* ids, int64_t p0, int rows) {
 void CudaBackend::run_op_at(size_t k, int rows) {
   OpLaunch& l = ops_[k];
   l.rows = rows;
-  run_op(l);
-  if (round_[k])
-    for (size_t j = 0; j < l.op->outputs.size(); ++j) {
-      if (!l.out[j] || l.op->spec->outputs[j].type == 'i') continue;
-      unsigned long long p = l.out[j], n = (unsigned long long)rows * (unsigned long long)l.out_w[j];
-      void* args[] = {&p, &n};
-      launch(l, "smelt_round_bf16", unsigned(std::min<unsigned long long>((n + 255) / 256, 4096)), 1, 1, 256, 0, args);
-    }
+  run_op(l);  // applies the op's `round` too (in its kernels, or smelt_round_bf16_rows after them)
 }
 
 void CudaBackend::run_one(size_t k, int64_t p0, int rows) {

@@ -5,7 +5,7 @@
 // the arena (plan.arena_bytes), the states (zeroed) and the weights (uploaded, or synthesized on the GPU),
 // prepare every op (scratch). A run: token ids and StepInfo copied in, then the ops launched in order on one
 // stream — for one row (decode) as a CUDA graph captured on first use and replayed after; other row counts
-// eagerly. `round = "bf16"` on an op is applied after it by the backend, as on the cpu.
+// eagerly. `round = "bf16"` on an op is applied by its launcher (runtime/cuda/ops.cc), as on the cpu.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -117,7 +117,6 @@ class CudaBackend final : public Launcher {
   uint64_t states_bytes_ = 0;
   DeviceWeights weights_;
   std::vector<OpLaunch> ops_;
-  std::vector<bool> round_;  // per op: round its float outputs to bf16
   void* host_ids_ = nullptr;   // pinned staging
   void* host_step_ = nullptr;
   void* host_logits_ = nullptr;

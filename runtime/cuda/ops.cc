@@ -4,6 +4,7 @@
 // int32_t, i64 = int64_t, pointers = DevPtr, structs with the kernels' layout).
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <set>
 
 #include "runtime/cpu/backend.h"
@@ -59,12 +60,42 @@ void act_quant(Ctx& c, DevPtr x, int rows, int K, DevPtr& xu, DevPtr& xs) {
   c.go("smelt_act_quant_b32", cdiv(K / 32, 8), unsigned(rows), 1, 256, 0, x, int(K), int(K), xu, xs);
 }
 
+bool decode_kernels() {
+  static const bool on = [] {
+    const char* v = std::getenv("SMELT_CUDA_DECODE_KERNELS");
+    return !(v && std::string(v) == "0");
+  }();
+  return on;
+}
+
+int gemv_cpb(int nb, int64_t cols, unsigned blocks) {
+  // ~2 items per thread per group, but enough groups to give every block work.
+  int cpb = std::max(1, 2 * kGemvThreads / nb);
+  cpb = int(std::min<int64_t>(cpb, std::max<int64_t>(1, cols / int64_t(blocks))));
+  return std::min(cpb, 32);
+}
+
+unsigned gemv_smem(int K, int rows_staged, int cpb, int terms_per_item) {  // gemv_aq.cuh gemv_smem_bytes
+  return unsigned(rows_staged * (K * 4 + (K / 32) * 4) + 2 * cpb * terms_per_item * (K / 32 + 1) * 4);
+}
+
 void linear(Ctx& c, DevPtr x, DevPtr y, const DeviceWeight* w, const DeviceWeight* s, int rows, int K, int N, bool aq,
             float scale_after, int round, const char* what) {
   const LinearW f = linear_format(c, w, s, what);
   if (K % 8) c.fail("the cuda linear kernels need K % 8 == 0, got K = " + std::to_string(K));
   const DevPtr wp = ptr(w), sp = ptr(s);
   if (aq && f.quant) {
+    if (rows <= 2 && decode_kernels() && K % 32 == 0) {
+      // Decode: act quant + GEMV in one launch laid out for bandwidth, same bits (kernels/linear/gemv_aq.cuh).
+      const int cpb = gemv_cpb(K / 32, N, gemv_blocks(c.l));
+      const unsigned smem = gemv_smem(K, 1, cpb, 1);
+      if (smem <= kGemvMaxSmem) {
+        const std::string name = std::string("smelt_gemv_") + f.fmt + "_aq";
+        c.go(name.c_str(), std::min<unsigned>(cdiv(N, cpb), gemv_blocks(c.l)), unsigned(rows), 1, kGemvThreads, smem, x,
+             y, wp, sp, int(K), int(N), int(f.blk), scale_after, int(round), cpb);
+        return;
+      }
+    }
     DevPtr xu, xs;
     act_quant(c, x, rows, K, xu, xs);
     const std::string name = std::string("smelt_linear_") + f.fmt + "_aq";
@@ -106,6 +137,28 @@ struct U64Pack {
 };
 
 bool is_round(const OpRef& op) { return detail::attr_s(op, "round") == "bf16"; }
+
+// Decode (one row) attention split over the key list, same bits (kernels/attention/attention_decode.cu): tiles x
+// heads blocks instead of one block per head. The scratch is carved whatever the row count, so prepare sizes it.
+bool split_attention(Ctx& c, const AttnArgs& a) {
+  const OpLaunch& l = c.l;
+  const int64_t H = c.op().i("heads");
+  const int64_t lc = (a.ratio > 0 && a.pool) ? (a.idx ? int64_t(a.k) : l.plan->max_seq_len() / a.ratio + 1) : 0;
+  const int64_t Lmax = std::max<int64_t>(a.window, 0) + lc;
+  const int64_t tiles = (Lmax + 63) / 64;
+  if (tiles < 4 || H * tiles * a.hd * 4 > (int64_t(64) << 20)) return false;  // short lists: one block per head
+  const DevPtr sc = c.scratch(uint64_t(H * Lmax) * 4), tmax = c.scratch(uint64_t(H * tiles) * 4);
+  const DevPtr psum = c.scratch(uint64_t(H * tiles) * 4), nmax = c.scratch(uint64_t(H * tiles) * 4);
+  const DevPtr pv = c.scratch(uint64_t(H * tiles * a.hd) * 4);
+  if (l.rows != 1 || !detail::decode_kernels()) return false;
+  c.go("smelt_attn_dec_scores", unsigned(tiles), unsigned(H), 1, 128, 0, a, l.step, int(Lmax), int(tiles), sc, tmax);
+  c.go("smelt_attn_dec_tiles", unsigned(tiles), unsigned(H), 1, 128, 0, a, l.step, int(Lmax), int(tiles), sc, tmax,
+       psum, nmax, pv);
+  c.go("smelt_attn_dec_merge", unsigned(H), 1, 1, 128, 0, a, l.step, int(tiles), psum, nmax, pv,
+       int(is_round(c.op())), l.out[0]);
+  c.round_done = true;
+  return true;
+}
 
 // Expert weights as the kernels address them: base + e * stride when evenly spaced, else a table of device
 // addresses written into scratch by smelt_write_u64 (captured with the graph).
@@ -170,6 +223,26 @@ void run_experts(Ctx& c, bool routed) {
   if (scaled && detail::model_rounding(op)) {
     if (D % 32 || F % 32) c.fail("FP8/FP4 experts need dim and inter multiples of 32");
     const int rb = detail::model_rounding(op);
+    const unsigned blocks = detail::gemv_blocks(l);
+    const int cpb_up = detail::gemv_cpb(D / 32, int64_t(RT) * F, blocks);
+    const int cpb_down = detail::gemv_cpb(F / 32, int64_t(RT) * D, blocks);
+    const unsigned smem_up = detail::gemv_smem(D, 1, cpb_up, 2), smem_down = detail::gemv_smem(F, RT, cpb_down, 1);
+    if (rows == 1 && detail::decode_kernels() && smem_up <= detail::kGemvMaxSmem && smem_down <= detail::kGemvMaxSmem) {
+      // Decode: every (slot, column) of the selected experts in one launch each, same bits (kernels/moe/moe_decode.cu).
+      // Each kernel act-quantizes its input rows while staging them.
+      const std::string up = std::string("smelt_moe_up_") + f.fmt + "_aq_dec";
+      c.go(up.c_str(), std::min<unsigned>(cdiv(int64_t(RT) * F, cpb_up), blocks), 1, 1, detail::kGemvThreads, smem_up,
+           l.in[0], D, F, topk, idx, n_experts, rw, ew, int(f.blk), limit, rb, h, cpb_up);
+      const std::string down = std::string("smelt_moe_down_") + f.fmt + "_aq_dec";
+      c.go(down.c_str(), std::min<unsigned>(cdiv(int64_t(RT) * D, cpb_down), blocks), 1, 1, detail::kGemvThreads,
+           smem_down, h, D, F, topk, idx, n_experts, ew, int(f.blk), rb, int(!routed && is_round(op)), out, cpb_down);
+      if (routed)
+        c.go("smelt_moe_combine", cdiv(D, 256), unsigned(rows), 1, 256, 0, out, rw, idx, topk, n_experts, D, int(0),
+             l.out[0]);
+      else
+        c.round_done = true;  // swiglu_mlp: the down kernel wrote l.out[0], rounded when the op asks
+      return;
+    }
     DevPtr xu, xs, hu, hs;
     detail::act_quant(c, l.in[0], rows, D, xu, xs);
     const std::string up = std::string("smelt_moe_up_") + f.fmt + "_aq";
@@ -227,13 +300,16 @@ void run_v4(Ctx& c) {
     }
     case OpKind::HcCollapse: {
       const int D = int(l.out_w[0]);
-      c.go("smelt_hc_collapse", cdiv(D, 256), R, 1, 256, 0, l.in[0], l.in[1], int(op.i("hc_mult")), D, l.out[0]);
+      c.round_done = is_round(op);  // the _bf16 kernels round in the same pass
+      c.go(c.round_done ? "smelt_hc_collapse_bf16" : "smelt_hc_collapse", cdiv(D, 256), R, 1, 256, 0, l.in[0], l.in[1],
+           int(op.i("hc_mult")), D, l.out[0]);
       break;
     }
     case OpKind::HcExpand: {
       const int D = int(l.in_w[1]);
-      c.go("smelt_hc_expand", cdiv(D, 256), R, unsigned(op.i("hc_mult")), 256, 0, l.in[0], l.in[1], l.in[2], l.in[3],
-           D, l.out[0]);
+      c.round_done = is_round(op);
+      c.go(c.round_done ? "smelt_hc_expand_bf16" : "smelt_hc_expand", cdiv(D, 256), R, unsigned(op.i("hc_mult")), 256,
+           0, l.in[0], l.in[1], l.in[2], l.in[3], D, l.out[0]);
       break;
     }
     case OpKind::HcHead: {
@@ -250,8 +326,9 @@ void run_v4(Ctx& c) {
     case OpKind::RmsNorm: {
       const int groups = int(op.i("groups")), len = int(l.in_w[0] / groups);
       const DeviceWeight* w = weight(l, 0);
-      c.go("smelt_rms_norm", unsigned(rows * groups), 1, 1, 256, 0, l.in[0], l.out[0], ptr(w),
-           detail::float_dt(c, w, "weight"), len, float(op.f("eps")));
+      c.round_done = is_round(op);
+      c.go(c.round_done ? "smelt_rms_norm_bf16" : "smelt_rms_norm", unsigned(rows * groups), 1, 1, 256, 0, l.in[0],
+           l.out[0], ptr(w), detail::float_dt(c, w, "weight"), len, float(op.f("eps")));
       break;
     }
     case OpKind::Linear: {
@@ -273,8 +350,10 @@ void run_v4(Ctx& c) {
     }
     case OpKind::Rope: {
       const detail::InvFreq f = detail::inv_freq_arg(c, detail::attr_s(op, "variant") == "v41");
-      c.go("smelt_rope", R, 1, 1, 128, 0, l.in[0], l.out[0], l.step, int(op.i("heads")), int(op.i("head_dim")),
-           int(op.i("rope_dim")), int(op.i("inverse") != 0), f);
+      c.round_done = is_round(op);
+      const int heads = int(op.i("heads"));  // a row's heads over up to 16 blocks
+      c.go(c.round_done ? "smelt_rope_bf16" : "smelt_rope", R, unsigned(std::min(heads, 16)), 1, 128, 0, l.in[0],
+           l.out[0], l.step, heads, int(op.i("head_dim")), int(op.i("rope_dim")), int(op.i("inverse") != 0), f);
       break;
     }
     case OpKind::WindowKvUpdate:
@@ -319,6 +398,7 @@ void run_v4(Ctx& c) {
       a.hd = int32_t(op.i("head_dim")), a.scale = float(op.f("scale"));
       a.v41 = op.s("numerics") == "v41", a.rb = detail::model_rounding(op), a.dspark = 0;
       if (a.hd > 512) c.fail("head_dim " + std::to_string(a.hd) + " exceeds the cuda attention kernel's 512");
+      if (split_attention(c, a)) break;
       c.go("smelt_sparse_attention", R, unsigned(op.i("heads")), 1, 128, 0, a, l.step, rows, l.out[0]);
       break;
     }
@@ -337,6 +417,16 @@ void run_v4(Ctx& c) {
         vocab = t2e->shape.empty() ? 0 : t2e->shape[0];
       }
       if (E * 8 > 48 * 1024) c.fail("too many experts for the cuda router's shared memory");
+      if (detail::decode_kernels()) {  // gate dots over many blocks, parallel selection: the same outputs
+        const DevPtr dots = c.scratch(uint64_t(rows) * E * 4);
+        c.go("smelt_moe_gate_dots", cdiv(E, 8), R, 1, 256, 0, l.in[0], int(l.in_w[0]), ptr(gate),
+             detail::float_dt(c, gate, "gate"), E, dots);
+        c.go("smelt_moe_route_select", R, 1, 1, 256, unsigned(3 * E * 4), dots, E, ptr(bias),
+             detail::float_dt(c, bias, "bias"), ptr(t2e), t64, vocab, l.in[1], K, scoring,
+             int(op.i("norm_topk_prob") != 0), float(op.f("route_scale")), float(detail::attr_f(op, "gate_temp", 1.0)),
+             l.out[0], l.out[1]);
+        break;
+      }
       c.go("smelt_moe_route", R, 1, 1, 256, unsigned(2 * E * 4), l.in[0], int(l.in_w[0]), ptr(gate),
            detail::float_dt(c, gate, "gate"), E, ptr(bias), detail::float_dt(c, bias, "bias"), ptr(t2e), t64, vocab,
            l.in[1], K, scoring, int(op.i("norm_topk_prob") != 0), float(op.f("route_scale")),
@@ -347,7 +437,9 @@ void run_v4(Ctx& c) {
     case OpKind::SwigluMlp: run_experts(c, false); break;
     case OpKind::Add: {
       const int64_t n = int64_t(rows) * l.in_w[0];
-      c.go("smelt_add", unsigned(std::min<int64_t>(cdiv(n, 256), 4096)), 1, 1, 256, 0, l.in[0], l.in[1], l.out[0], n);
+      c.round_done = is_round(op);
+      c.go(c.round_done ? "smelt_add_bf16" : "smelt_add", unsigned(std::min<int64_t>(cdiv(n, 256), 4096)), 1, 1, 256, 0,
+           l.in[0], l.in[1], l.out[0], n);
       break;
     }
     default:

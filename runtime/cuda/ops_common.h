@@ -84,6 +84,18 @@ struct LinearW {
 };
 LinearW linear_format(const Ctx& c, const DeviceWeight* w, const DeviceWeight* s, const char* what);
 
+// The decode GEMVs (kernels/linear/gemv_aq.cuh): block size and the most shared memory the launchers ask for
+// (sm_120 allows 99 KiB).
+constexpr int kGemvThreads = 512;
+constexpr unsigned kGemvMaxSmem = 96 * 1024;
+// Blocks of a decode GEMV: two per multiprocessor (all resident at once: <= 64 registers per thread), each
+// staging its activation row once and walking column groups.
+inline unsigned gemv_blocks(const OpLaunch& l) { return unsigned(2 * (l.sms > 0 ? l.sms : 132)); }
+// $SMELT_CUDA_DECODE_KERNELS=0: the warp-per-column kernels at decode too (A/B timing, bisecting).
+bool decode_kernels();
+int gemv_cpb(int nb, int64_t cols, unsigned blocks);  // output columns per block group
+unsigned gemv_smem(int K, int rows_staged, int cpb, int terms_per_item);
+
 // y = x W^T on `rows` rows (x row stride K), through the linear family's kernels; act quant when `aq` (needs
 // a quantized weight), bf16 output when `round`.
 void linear(Ctx& c, DevPtr x, DevPtr y, const DeviceWeight* w, const DeviceWeight* s, int rows, int K, int N, bool aq,

@@ -16,3 +16,9 @@ goldens = getattr(config, "smelt_goldens_v41", "")
 if goldens and os.path.exists(os.path.join(goldens, "tiny_backbone", "model.safetensors")):
     config.available_features.add("v41-goldens")
     config.substitutions.append(("%goldens", goldens))
+
+# Plans for GPU targets need NVRTC (the kernels are compiled at plan time): tests that write one say
+# `REQUIRES: nvrtc` and share the cuda_backend tests' kernel cache (%kernel_cache).
+if getattr(config, "smelt_have_nvrtc", "OFF") in ("ON", "1", "TRUE"):
+    config.available_features.add("nvrtc")
+config.substitutions.append(("%kernel_cache", getattr(config, "smelt_kernel_cache", "")))

@@ -74,8 +74,12 @@ TEST(CudaPlan, CubinSymbolTablesNameTheEntryPoints) {
       EXPECT_TRUE(has("smelt_linear_f32") && has("smelt_linear_fp8_aq") && has("smelt_act_quant_b32"));
       EXPECT_FALSE(has("smelt_rms_norm"));
     }
-    if (family == "backend") EXPECT_TRUE(has("smelt_round_bf16"));
-    if (family == "rms_norm") EXPECT_TRUE(has("smelt_rms_norm") && !has("smelt_linear_f32"));
+    if (family == "backend") {
+      EXPECT_TRUE(has("smelt_round_bf16"));
+    }
+    if (family == "rms_norm") {
+      EXPECT_TRUE(has("smelt_rms_norm") && !has("smelt_linear_f32"));
+    }
     for (const std::string& n : names) EXPECT_EQ(n.rfind("smelt_", 0), 0u) << family << ": " << n;
   }
   EXPECT_GT(cubins, 10);

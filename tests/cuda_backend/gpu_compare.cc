@@ -10,7 +10,8 @@
 //     buffers and the op's states are copied into the cuda backend, the op runs alone on both, and its outputs
 //     and states are compared (float: max |cuda - cpu| <= TOL * max |cpu| + 1e-6; int: equal, or equal sets
 //     per row). Prompt in chunks of CHUNK rows, then the decode ids one by one; prints the first REPORT ops
-//     that differ (op, layer, kernels launched, max diff and where) and a per-chunk count. Exit 1 if any.
+//     that differ (op, layer, kernels launched, max diff and where) and the count of every chunk with any.
+//     Exit 1 if any.
 //   gpu_compare arch-error PLAN MODEL_DIR
 //     the plan has no cubin for this GPU: opening it must fail with the one sentence naming both archs.
 #include <algorithm>
@@ -171,7 +172,7 @@ int bisect(const std::string& plan_path, const std::string& model, const std::st
                                                         prompt.begin() + std::min(prompt.size(), k + size_t(chunk)))});
   for (size_t k = 0; k < decode.size(); ++k) chunks.push_back({int64_t(prompt.size() + k), {decode[k]}});
 
-  int reported = 0, total = 0;
+  int reported = 0, total = 0, runs = 0;
   std::vector<uint8_t> host;
   for (const Chunk& ch : chunks) {
     const int rows = int(ch.ids.size());
@@ -247,9 +248,12 @@ int bisect(const std::string& plan_path, const std::string& model, const std::st
       differ += op_bad;
     }
     total += differ;
-    std::printf("chunk p0 %lld rows %d: %d of %zu ops differ\n", (long long)ch.p0, rows, differ, plan.ops().size());
+    runs += int(plan.ops().size());
+    if (differ)
+      std::printf("chunk p0 %lld rows %d: %d of %zu ops differ\n", (long long)ch.p0, rows, differ, plan.ops().size());
   }
-  std::printf("bisect: %d op runs differ beyond %.3g, %s\n", total, tol, total ? "FAILED" : "ok");
+  std::printf("bisect: %zu chunks, %d op runs, %d differ beyond %.3g, %s\n", chunks.size(), runs, total, tol,
+              total ? "FAILED" : "ok");
   return total ? 1 : 0;
 }
 

@@ -1,0 +1,121 @@
+// Decode (few-row) act-quant GEMV shared by the linear and MoE kernels: the same numbers as dot_rows_aq
+// (gemv.cuh), bit for bit, with the work laid out for memory bandwidth.
+//
+// dot_rows_aq gives each lane one 32-block of a weight row and reads that block's 32 activations straight from
+// global memory, 128 bytes apart across the warp: every load instruction touches 32 cache lines, which caps an
+// FP8 GEMV near 1 byte of weight per SM clock. Here a block of threads holds one activation row in shared memory
+// (16-byte chunks rotated by block index, so 8 neighbouring threads reading the same chunk of 8 consecutive
+// blocks hit distinct banks) and spreads the items (output column, K-block) over its threads: consecutive
+// threads read consecutive 32-blocks of a weight row, i.e. contiguous memory. Each item's term is computed
+// exactly as in dot_rows_aq (an exact integer block sum, rounded once, times activation and weight scale);
+// terms go to shared memory and one thread per column adds them in K order in fp32 — the same sum in the same
+// order, so the result equals the warp-per-column kernels' bit for bit (and kernels/quant's).
+//
+// Blocks are persistent over column groups (grid.x = 2 per multiprocessor, all resident) so the row is staged
+// once per block, and the term buffer is double-buffered so a group's fold overlaps the next group's loads.
+#pragma once
+#include "kernels/linear/gemv.cuh"
+
+namespace smelt_dev {
+
+constexpr int kGemvThreads = 512;
+
+// Quantizes row x (K floats, K % 32 == 0) per token in K-blocks of 32 exactly as smelt_act_quant_b32 /
+// act_quant_block (one warp per block, lane = element) straight into the rotated staging layout: the GEMVs take
+// the float row, so no separate act-quant launch precedes them. Call with all threads; synchronises.
+__device__ __forceinline__ void gemv_stage_quant(const float* x, int K, i32* xq, float* xsc) {
+  const int lane = threadIdx.x & 31, nb = K / 32;
+  for (int b = threadIdx.x >> 5; b < nb; b += blockDim.x >> 5) {
+    const float v = x[b * 32 + lane];
+    float amax = fabsf(v);
+    for (int o = 16; o >= 1; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float s = pow2_scale(amax > 1e-4f ? amax : 1e-4f, 1.f / 448.f);
+    xq[b * 32 + ((((lane >> 2) + b) & 7) << 2) + (lane & 3)] =
+        e4m3_units(e4m3_encode(clampf(__fdiv_rn(v, s), -448.f, 448.f)));
+    if (lane == 0) xsc[b] = s;
+  }
+  __syncthreads();
+}
+
+// prmt.b32 in its default mode (a selector nibble with bit 3 set replicates the selected byte's sign bit).
+__device__ __forceinline__ u32 prmt(u32 a, u32 b, u32 sel) {
+  u32 r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+  return r;
+}
+
+// Four E2M1 nibbles (the low 16 bits of h) -> their values in units of 0.5 as four signed bytes (e2m1_units):
+// magnitudes {0,1,2,3,4,6,8,12} and their negatives looked up by byte permute, then each byte taken from the
+// positive or the negative word by its nibble's sign bit.
+__device__ __forceinline__ u32 e2m1_units4(u32 h) {
+  const u32 mag = h & 0x7777u;
+  const u32 pos = prmt(0x03020100u, 0x0C080604u, mag);
+  const u32 neg = prmt(0xFDFEFF00u, 0xF4F8FAFCu, mag);  // 0, -1, -2, -3 | -4, -6, -8, -12 as int8
+  return prmt(pos, neg, 0x3210u | ((h & 0x8888u) >> 1));
+}
+// Signed byte j of w as an int (prmt sign replication).
+template <int J>
+__device__ __forceinline__ i32 sbyte(u32 w) {
+  return i32(prmt(w, 0u, u32(J | ((J | 8) << 4) | ((J | 8) << 8) | ((J | 8) << 12))));
+}
+
+// The weight bytes of one 32-block: FP8 32 bytes, FP4 16 bytes (read-only path).
+template <bool FP4>
+struct WBlock {
+  uint4 q[FP4 ? 1 : 2];
+};
+template <bool FP4>
+__device__ __forceinline__ WBlock<FP4> load_wblock(const u8* wb) {
+  WBlock<FP4> r;
+  const uint4* p = reinterpret_cast<const uint4*>(wb);
+  r.q[0] = __ldg(p);
+  if (!FP4) r.q[FP4 ? 0 : 1] = __ldg(p + 1);
+  return r;
+}
+
+// Exact block sum of staged block b times the weight block, as a float in real units (block_dot_exact's value).
+template <bool FP4>
+__device__ __forceinline__ float block_dot_staged(const i32* xq, int b, const WBlock<FP4>& wq) {
+  const int4* xb = reinterpret_cast<const int4*>(xq) + b * 8;
+  if (FP4) {
+    const u32 u[4] = {wq.q[0].x, wq.q[0].y, wq.q[0].z, wq.q[0].w};
+    i32 s = 0;  // |sum| <= 32 * 229376 * 12 < 2^31
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      const int4 x = xb[(c + b) & 7];
+      const u32 w4 = e2m1_units4(u[c >> 1] >> (16 * (c & 1)));  // elements 4c .. 4c+3
+      s += x.x * sbyte<0>(w4) + x.y * sbyte<1>(w4) + x.z * sbyte<2>(w4) + x.w * sbyte<3>(w4);
+    }
+    return __int2float_rn(s) * 0.0009765625f;  // units 2^-9 * 0.5
+  } else {
+    const u32 u[8] = {wq.q[0].x, wq.q[0].y, wq.q[0].z, wq.q[0].w, wq.q[1].x, wq.q[1].y, wq.q[1].z, wq.q[1].w};
+    i64 s = 0;
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      const int4 x = xb[(c + b) & 7];
+      const u32 v = u[c];
+      s += i64(x.x) * e4m3_units(u8(v)) + i64(x.y) * e4m3_units(u8(v >> 8)) + i64(x.z) * e4m3_units(u8(v >> 16)) +
+           i64(x.w) * e4m3_units(u8(v >> 24));
+    }
+    return __ll2float_rn(s) * 3.814697265625e-06f;  // 2^-18
+  }
+}
+
+// Weight block b of row n and its scale (FP8: E4M3 [N, K], E8M0 [ceil(N/blk), ceil(K/blk)]; FP4: packed
+// [N, K/2], E8M0 [N, K/32]).
+template <bool FP4>
+__device__ __forceinline__ const u8* wblock_ptr(const u8* w, i64 n, int b, int K) {
+  return FP4 ? w + n * (K / 2) + b * 16 : w + n * K + b * 32;
+}
+template <bool FP4>
+__device__ __forceinline__ float wblock_scale(const u8* ws, i64 n, int b, int K, int blk) {
+  return FP4 ? e8m0_decode(ws[n * (K / 32) + b]) : e8m0_decode(ws[(n / blk) * ((K + blk - 1) / blk) + (b * 32) / blk]);
+}
+
+// Shared-memory bytes of a gemv block: the staged row(s) + scales + 2 term buffers of cpb columns x `terms`
+// terms per column (each padded by one float against bank conflicts in the fold).
+__host__ __device__ constexpr int gemv_smem_bytes(int K, int rows_staged, int cpb, int terms_per_item) {
+  return rows_staged * (K * 4 + (K / 32) * 4) + 2 * cpb * terms_per_item * (K / 32 + 1) * 4;
+}
+
+}  // namespace smelt_dev

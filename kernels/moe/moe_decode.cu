@@ -1,0 +1,264 @@
+// Decode-time (one row) V4.1 expert GEMVs: smelt_moe_up_*_aq_dec / smelt_moe_down_*_aq_dec compute exactly what
+// smelt_moe_up_*_aq / smelt_moe_down_*_aq compute, bit for bit, with the layout of kernels/linear/gemv_aq.cuh: all
+// (slot, column) outputs of the selected experts in one launch, the activation row(s) staged once per block,
+// consecutive threads reading consecutive 32-blocks of a weight row. Only the selected experts' weights are read.
+// The expert kernels quantize their input rows while staging them (no act-quant launches between them).
+// This file follows moe.cu in the family's module (ExpertW, eptr, expert_of come from there).
+//
+// Launch (runtime/cuda/ops.cc): block kGemvThreads, grid min(ceil(topk * cols / cpb), 2 x SMs); dynamic shared
+// memory gemv_smem_bytes(D, 1, cpb, 2) for up, gemv_smem_bytes(F, topk, cpb, 1) for down.
+#include "kernels/linear/gemv_aq.cuh"
+
+using namespace smelt_dev;
+
+namespace {
+
+// up: h[t, f] for every slot t < topk and f < F: g = x . w1[f], u = x . w3[f] of slot t's expert, then the
+// swiglu of up_aq_body. x: the one row [D] (act-quantised while staged, as smelt_act_quant_b32).
+template <bool FP4>
+__device__ void up_dec_body(const float* x, int D, int F, int topk, const i32* idx, int n_experts, const float* rw,
+                            const ExpertW& w, int blk, float limit, int rb, float* h, int cpb) {
+  extern __shared__ __align__(16) unsigned char gemv_sm[];
+  const int nb = D / 32, ld = nb + 1;
+  i32* xq = reinterpret_cast<i32*>(gemv_sm);
+  float* xsc = reinterpret_cast<float*>(gemv_sm + size_t(D) * 4);
+  float* terms = xsc + nb;  // [2][2 (g, u)][cpb][ld]
+  gemv_stage_quant(x, D, xq, xsc);
+  const i64 cols = i64(topk) * F;
+  const int items = cpb * nb;
+  int buf = 0;
+  for (i64 q0 = i64(blockIdx.x) * cpb; q0 < cols; q0 += i64(gridDim.x) * cpb, buf ^= 1) {
+    float* tg = terms + buf * 2 * cpb * ld;
+    float* tu = tg + cpb * ld;
+    for (int it = threadIdx.x; it < items; it += blockDim.x) {
+      const int c = it / nb, b = it - c * nb;
+      const i64 q = q0 + c;
+      if (q >= cols) continue;
+      const int t = int(q / F), f = int(q - i64(t) * F);
+      const int e = expert_of(idx, t, n_experts);
+      if (e < 0) continue;  // the fold writes 0
+      const WBlock<FP4> a = load_wblock<FP4>(wblock_ptr<FP4>(eptr(w, e, 0), f, b, D));
+      const WBlock<FP4> g = load_wblock<FP4>(wblock_ptr<FP4>(eptr(w, e, 4), f, b, D));
+      const float sa = wblock_scale<FP4>(eptr(w, e, 1), f, b, D, blk);
+      const float sg = wblock_scale<FP4>(eptr(w, e, 5), f, b, D, blk);
+      tg[c * ld + b] = __fmul_rn(__fmul_rn(block_dot_staged<FP4>(xq, b, a), xsc[b]), sa);
+      tu[c * ld + b] = __fmul_rn(__fmul_rn(block_dot_staged<FP4>(xq, b, g), xsc[b]), sg);
+    }
+    __syncthreads();
+    const i64 q = q0 + threadIdx.x;
+    if (threadIdx.x < cpb && q < cols) {
+      const int t = int(q / F);
+      const int e = expert_of(idx, t, n_experts);
+      float gs = 0.f, us = 0.f;
+      if (e >= 0)
+        for (int b = 0; b < nb; ++b) {
+          gs = __fadd_rn(gs, tg[threadIdx.x * ld + b]);
+          us = __fadd_rn(us, tu[threadIdx.x * ld + b]);
+        }
+      if (e < 0) {
+        h[q] = 0.f;
+      } else {
+        if (rb) gs = round_bf16(gs), us = round_bf16(us);
+        if (limit > 0.f) {
+          us = clampf(us, -limit, limit);
+          gs = gs < limit ? gs : limit;
+        }
+        float v = __fmul_rn(siluf_(gs), us);
+        if (rw) v = __fmul_rn(rw[t], v);
+        h[q] = rb ? round_bf16(v) : v;
+      }
+    }
+  }
+}
+
+// down: out[t, d] = act_quant(h[t]) . w2[d] of slot t's expert (bf16 when rb and the slot is valid); h [topk, F]
+// float, quantized per slot row while staged. round: the op's `round = "bf16"` (swiglu_mlp writes its output here).
+template <bool FP4>
+__device__ void down_dec_body(const float* h, int D, int F, int topk, const i32* idx, int n_experts, const ExpertW& w,
+                              int blk, int rb, int round, float* out, int cpb) {
+  extern __shared__ __align__(16) unsigned char gemv_sm[];
+  const int nb = F / 32, ld = nb + 1;
+  i32* xq = reinterpret_cast<i32*>(gemv_sm);
+  float* xsc = reinterpret_cast<float*>(gemv_sm + size_t(topk) * F * 4);
+  float* terms = xsc + topk * nb;  // [2][cpb][ld]
+  gemv_stage_quant(h, topk * F, xq, xsc);  // F % 32 == 0: the 32-blocks of the slots' rows, in order
+  const i64 cols = i64(topk) * D;
+  const int items = cpb * nb;
+  int buf = 0;
+  for (i64 q0 = i64(blockIdx.x) * cpb; q0 < cols; q0 += i64(gridDim.x) * cpb, buf ^= 1) {
+    float* tb = terms + buf * cpb * ld;
+    for (int it0 = threadIdx.x; it0 < items; it0 += 2 * blockDim.x) {
+      const int it1 = it0 + blockDim.x;
+      const int c0 = it0 / nb, b0 = it0 - c0 * nb, c1 = it1 / nb, b1 = it1 - c1 * nb;
+      const i64 qa = q0 + c0, qb = q0 + c1;
+      const int ta = int(qa / D), tb_ = int(qb / D);
+      const int ea = qa < cols ? expert_of(idx, ta, n_experts) : -1;
+      const int eb = (it1 < items && qb < cols) ? expert_of(idx, tb_, n_experts) : -1;
+      WBlock<FP4> wa{}, wb{};
+      float sa = 0.f, sb = 0.f;
+      if (ea >= 0) {
+        const int d = int(qa - i64(ta) * D);
+        wa = load_wblock<FP4>(wblock_ptr<FP4>(eptr(w, ea, 2), d, b0, F));
+        sa = wblock_scale<FP4>(eptr(w, ea, 3), d, b0, F, blk);
+      }
+      if (eb >= 0) {
+        const int d = int(qb - i64(tb_) * D);
+        wb = load_wblock<FP4>(wblock_ptr<FP4>(eptr(w, eb, 2), d, b1, F));
+        sb = wblock_scale<FP4>(eptr(w, eb, 3), d, b1, F, blk);
+      }
+      // Slot t's staged row starts at block t * nb of the rotated layout (F % 32 == 0).
+      if (ea >= 0) {
+        const int bb = ta * nb + b0;
+        tb[c0 * ld + b0] = __fmul_rn(__fmul_rn(block_dot_staged<FP4>(xq, bb, wa), xsc[bb]), sa);
+      }
+      if (eb >= 0) {
+        const int bb = tb_ * nb + b1;
+        tb[c1 * ld + b1] = __fmul_rn(__fmul_rn(block_dot_staged<FP4>(xq, bb, wb), xsc[bb]), sb);
+      }
+    }
+    __syncthreads();
+    const i64 q = q0 + threadIdx.x;
+    if (threadIdx.x < cpb && q < cols) {
+      const int t = int(q / D);
+      const int e = expert_of(idx, t, n_experts);
+      float y = 0.f;
+      if (e >= 0)
+        for (int b = 0; b < nb; ++b) y = __fadd_rn(y, tb[threadIdx.x * ld + b]);
+      out[q] = ((rb && e >= 0) || round) ? round_bf16(y) : y;
+    }
+  }
+}
+
+}  // namespace
+
+#define SMELT_MOE_DEC(NAME, FP4)                                                                                    \
+  extern "C" __global__ void smelt_moe_up_##NAME##_aq_dec(const float* x, int D, int F, int topk, const i32* idx,   \
+                                                          int n_experts, const float* rw, ExpertW w, int blk,       \
+                                                          float limit, int rb, float* h, int cpb) {                 \
+    up_dec_body<FP4>(x, D, F, topk, idx, n_experts, rw, w, blk, limit, rb, h, cpb);                                \
+  }                                                                                                                 \
+  extern "C" __global__ void smelt_moe_down_##NAME##_aq_dec(const float* h, int D, int F, int topk, const i32* idx, \
+                                                            int n_experts, ExpertW w, int blk, int rb, int round,   \
+                                                            float* out, int cpb) {                                  \
+    down_dec_body<FP4>(h, D, F, topk, idx, n_experts, w, blk, rb, round, out, cpb);                                \
+  }
+SMELT_MOE_DEC(fp8, false)
+SMELT_MOE_DEC(fp4, true)
+
+// ---- routing over many blocks ------------------------------------------------------------------------------------
+// smelt_moe_route does everything in one block per row: the E gate dot products (E x D weights) through one
+// multiprocessor, then thread 0 alone scores and selects. These two kernels give the same outputs bit for bit:
+// smelt_moe_gate_dots: s[r, e] = x[r] . gate[e], one warp per expert with smelt_moe_route's lane order and warp
+//   sum; grid (ceil(E / 8), rows), block 256.
+// smelt_moe_route_select: the scoring transforms per expert in parallel, then each of the K picks as a block
+//   argmax under smelt_moe_route's order (larger value, equal values the lower expert; with a NaN among the
+//   candidates the serial scan runs instead, since NaN breaks that order); softmax sums and the weights stay
+//   serial. grid (rows), block 256, dynamic shared memory 2 * E floats + E ints.
+
+extern "C" __global__ void smelt_moe_gate_dots(const float* x, int D, const void* gate, int gdt, int E, float* s) {
+  const i64 r = blockIdx.y;
+  const int e = blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+  if (e >= E) return;
+  const float* xr = x + r * D;
+  float d = 0.f;
+  for (int c = lane; c < D; c += 32) d = fmaf(xr[c], ldw(gate, i64(e) * D + c, gdt), d);
+  d = warp_sum(d);
+  if (lane == 0) s[r * E + e] = d;
+}
+
+extern "C" __global__ void smelt_moe_route_select(const float* dots, int E, const void* bias, int bdt,
+                                                  const void* tid2eid, int t64, i64 vocab, const i32* ids, int K,
+                                                  int scoring, int norm_topk_prob, float route_scale, float gate_temp,
+                                                  float* weights, i32* idx) {
+  extern __shared__ float sh[];
+  float* s = sh;
+  float* sel = sh + E;
+  int* taken = reinterpret_cast<int*>(sh + 2 * E);
+  __shared__ float bv[32];
+  __shared__ int bi[32];
+  __shared__ int any_nan;
+  const i64 r = blockIdx.x;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  if (threadIdx.x == 0) any_nan = 0;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    float v = dots[r * E + e];
+    if (gate_temp != 1.f) v = __fdiv_rn(v, gate_temp);
+    if (scoring == 0) v = __fsqrt_rn(softplusf_(v));
+    else if (scoring == 2) v = sigmoidf_(v);
+    s[e] = v;
+    taken[e] = 0;
+  }
+  __syncthreads();
+  i32* ri = idx + r * K;
+  float* rwt = weights + r * K;
+  if (scoring == 1 && threadIdx.x == 0) {
+    float mx = s[0], sum = 0.f;
+    for (int e = 1; e < E; ++e) mx = fmaxf(mx, s[e]);
+    for (int e = 0; e < E; ++e) sum = __fadd_rn(sum, s[e] = expf(__fsub_rn(s[e], mx)));
+    for (int e = 0; e < E; ++e) s[e] = __fdiv_rn(s[e], sum);
+  }
+  __syncthreads();
+  if (tid2eid) {
+    if (threadIdx.x == 0) {
+      const i64 id = ids[r];
+      for (int t = 0; t < K; ++t) {
+        i64 e = -1;
+        if (id >= 0 && id < vocab)
+          e = t64 ? static_cast<const i64*>(tid2eid)[id * K + t] : static_cast<const i32*>(tid2eid)[id * K + t];
+        ri[t] = (e >= 0 && e < E) ? i32(e) : -1;
+      }
+    }
+  } else {
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+      sel[e] = bias ? __fadd_rn(s[e], ldw(bias, e, bdt)) : s[e];
+      if (sel[e] != sel[e]) any_nan = 1;
+    }
+    __syncthreads();
+    if (any_nan) {
+      if (threadIdx.x == 0)
+        for (int t = 0; t < K; ++t) {  // smelt_moe_route's serial scan
+          int best = -1;
+          for (int e = 0; e < E; ++e) {
+            bool tk = false;
+            for (int u = 0; u < t; ++u) tk |= ri[u] == e;
+            if (!tk && (best < 0 || sel[e] > sel[best])) best = e;
+          }
+          ri[t] = best;
+        }
+    } else {
+      for (int t = 0; t < K; ++t) {
+        float v = 0.f;
+        int b = -1;
+        for (int e = threadIdx.x; e < E; e += blockDim.x)  // ascending e per thread: strict > keeps the lower
+          if (!taken[e] && (b < 0 || sel[e] > v)) v = sel[e], b = e;
+        for (int o = 16; o >= 1; o >>= 1) {
+          const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+          const int ob = __shfl_xor_sync(0xffffffffu, b, o);
+          if (ob >= 0 && (b < 0 || ov > v || (ov == v && ob < b))) v = ov, b = ob;
+        }
+        if (lane == 0) bv[warp] = v, bi[warp] = b;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+          float w = 0.f;
+          int best = -1;
+          for (int k = 0; k < nw; ++k)
+            if (bi[k] >= 0 && (best < 0 || bv[k] > w || (bv[k] == w && bi[k] < best))) w = bv[k], best = bi[k];
+          ri[t] = best;
+          if (best >= 0) taken[best] = 1;
+        }
+        __syncthreads();
+      }
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  float sum = 0.f;
+  for (int t = 0; t < K; ++t) {
+    rwt[t] = ri[t] >= 0 ? s[ri[t]] : 0.f;
+    sum = __fadd_rn(sum, rwt[t]);
+  }
+  for (int t = 0; t < K; ++t) {
+    if (norm_topk_prob) rwt[t] = __fdiv_rn(rwt[t], __fadd_rn(sum, 1e-20f));
+    rwt[t] = __fmul_rn(rwt[t], route_scale);
+  }
+}

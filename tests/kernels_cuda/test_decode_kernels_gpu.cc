@@ -1,0 +1,264 @@
+// GPU tests (ctest label "gpu") of the decode kernels, which must give exactly the bits of the kernels they
+// replace at one row (the GEMVs include the act quant of their input): the act-quant GEMVs against kernels/quant (an independent exact oracle) and the
+// warp-per-column kernels; the MoE decode GEMVs, the split router and the split attention against the one-launch
+// kernels (which test_kernels_gpu.cc checks against the C++ references). Shapes exercise partial column groups, more groups
+// than blocks (persistent blocks, both term buffers), invalid expert slots, and lists of several tiles.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "kernels/bf16.h"
+#include "kernels/quant/reference.h"
+#include "tests/kernels_cuda/harness.h"
+
+namespace {
+
+using smelt::test_cuda::DevPtr;
+using smelt::test_cuda::Gpu;
+namespace q = smelt::kernels::quant;
+
+Gpu& gpu() {
+  static Gpu g;
+  return g;
+}
+
+#define NEED_GPU() \
+  if (!gpu().available()) GTEST_SKIP() << "no CUDA device"
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.f) {
+  std::mt19937 r(seed);
+  std::normal_distribution<float> d(0.f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(r);
+  return v;
+}
+std::vector<uint8_t> codes(size_t n, uint32_t seed) {  // E4M3 codes without NaN (FP4: any byte)
+  std::mt19937 r(seed);
+  std::vector<uint8_t> c(n);
+  for (auto& b : c) do b = uint8_t(r()); while ((b & 0x7f) == 0x7f);
+  return c;
+}
+std::vector<uint8_t> e8m0(size_t n, uint32_t seed) {
+  std::mt19937 r(seed);
+  std::vector<uint8_t> c(n);
+  for (auto& b : c) b = uint8_t(118 + r() % 8);
+  return c;
+}
+void expect_bits_equal(const float* a, const float* b, size_t n, const std::string& what) {
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t x, y;
+    std::memcpy(&x, a + i, 4);
+    std::memcpy(&y, b + i, 4);
+    ASSERT_EQ(x, y) << what << " element " << i << ": " << a[i] << " vs " << b[i];
+  }
+}
+// kernels/linear/gemv_aq.cuh gemv_smem_bytes
+unsigned smem(int K, int rows_staged, int cpb, int terms) {
+  return unsigned(rows_staged * (K * 4 + (K / 32) * 4) + 2 * cpb * terms * (K / 32 + 1) * 4);
+}
+
+TEST(CudaDecodeKernels, GemvActQuantEqualsQuantReferenceBitForBit) {
+  NEED_GPU();
+  for (bool fp4 : {false, true})
+    for (int K : {256, 1280})
+      for (int cpb : {1, 3, 7}) {
+        const int rows = 2, N = 200;  // N % cpb != 0 for 3 and 7
+        auto x = randn(size_t(rows) * K, 3 + K, 2.f);
+        x[5] = 0.f, x[6] = 1e-7f, x[7] = 600.f;
+        auto w = fp4 ? codes(size_t(N) * K / 2, 4) : codes(size_t(N) * K, 4);
+        auto s = fp4 ? e8m0(size_t(N) * (K / 32), 5) : e8m0(size_t((N + 31) / 32) * (K / 32), 5);
+        std::vector<float> ref(size_t(rows) * N);
+        if (fp4) q::fp4_linear(x.data(), rows, K, w.data(), s.data(), N, ref.data(), false, 32);
+        else q::fp8_linear(x.data(), rows, K, w.data(), s.data(), N, 32, ref.data(), false, 32);
+        DevPtr dx = gpu().put(x), dw = gpu().put(w), ds = gpu().put(s);
+        DevPtr xu = gpu().alloc(size_t(rows) * K * 4), xs = gpu().alloc(size_t(rows) * K / 32 * 4);
+        DevPtr dy = gpu().alloc(ref.size() * 4), dr = gpu().alloc(ref.size() * 4);
+        gpu().launch("linear", "smelt_act_quant_b32", (K / 32 + 7) / 8, rows, 1, 256, 0, dx, K, K, xu, xs);
+        const std::string what = std::string(fp4 ? "fp4" : "fp8") + " K " + std::to_string(K) + " cpb " +
+                                 std::to_string(cpb);
+        // 5 blocks walk ceil(200 / cpb) column groups.
+        gpu().launch("linear", fp4 ? "smelt_gemv_fp4_aq" : "smelt_gemv_fp8_aq", 5, rows, 1, 512, smem(K, 1, cpb, 1),
+                     dx, dy, dw, ds, K, N, 32, 1.0f, 0, cpb);
+        auto y = gpu().get<float>(dy, ref.size());
+        expect_bits_equal(y.data(), ref.data(), ref.size(), what);
+        // scale_after and the bf16 output, against the warp-per-column kernel.
+        gpu().launch("linear", fp4 ? "smelt_gemv_fp4_aq" : "smelt_gemv_fp8_aq", 5, rows, 1, 512, smem(K, 1, cpb, 1),
+                     dx, dy, dw, ds, K, N, 32, 0.75f, 1, cpb);
+        gpu().launch("linear", fp4 ? "smelt_linear_fp4_aq" : "smelt_linear_fp8_aq", (N + 7) / 8, 1, 1, 256, 0, xu, xs,
+                     dr, dw, ds, rows, K, N, 32, 0.75f, 1);
+        y = gpu().get<float>(dy, ref.size());
+        auto r = gpu().get<float>(dr, ref.size());
+        expect_bits_equal(y.data(), r.data(), ref.size(), what + " scaled, bf16");
+      }
+}
+
+struct ExpertW {  // kernels/moe/moe.cu ExpertW
+  uint64_t base[6];
+  int64_t stride[6];
+  DevPtr table;
+};
+
+TEST(CudaDecodeKernels, MoeDecodeGemvsEqualTheSlotKernels) {
+  NEED_GPU();
+  const int E = 5, D = 256, F = 96, topk = 3;
+  const std::vector<int32_t> idx = {4, -1, 1};  // an invalid slot gives zeros in both
+  for (bool fp4 : {false, true})
+    for (int variant = 0; variant < 2; ++variant) {
+      const int rb = variant == 0 ? 1 : 0;
+      const float limit = variant == 0 ? 0.f : 0.05f;
+      // Experts' tensors evenly spaced: w1 [F, D], w2 [D, F], w3 [F, D] with their scales.
+      const size_t w1n = fp4 ? size_t(F) * D / 2 : size_t(F) * D, w2n = w1n;
+      const size_t s1n = fp4 ? size_t(F) * (D / 32) : size_t((F + 31) / 32) * (D / 32);
+      const size_t s2n = fp4 ? size_t(D) * (F / 32) : size_t(D / 32) * ((F + 31) / 32);
+      DevPtr w1 = gpu().put(codes(E * w1n, 21)), w2 = gpu().put(codes(E * w2n, 22)), w3 = gpu().put(codes(E * w1n, 23));
+      DevPtr s1 = gpu().put(e8m0(E * s1n, 24)), s2 = gpu().put(e8m0(E * s2n, 25)), s3 = gpu().put(e8m0(E * s1n, 26));
+      ExpertW ew{{w1, s1, w2, s2, w3, s3},
+                 {int64_t(w1n), int64_t(s1n), int64_t(w2n), int64_t(s2n), int64_t(w1n), int64_t(s1n)},
+                 0};
+      auto x = randn(D, 27, 1.f);
+      std::vector<float> rwv = {0.5f, 0.25f, 1.5f};
+      DevPtr dx = gpu().put(x), didx = gpu().put(idx), rw = variant == 0 ? gpu().put(rwv) : DevPtr(0);
+      DevPtr xu = gpu().alloc(D * 4), xs = gpu().alloc(D / 32 * 4);
+      gpu().launch("linear", "smelt_act_quant_b32", 1, 1, 1, 256, 0, dx, D, D, xu, xs);
+      const std::string f = fp4 ? "fp4" : "fp8", what = f + " variant " + std::to_string(variant);
+      DevPtr h0 = gpu().alloc(topk * F * 4), h1 = gpu().alloc(topk * F * 4);
+      gpu().launch("moe", ("smelt_moe_up_" + f + "_aq").c_str(), F / 8, topk, 1, 256, 0, xu, xs, D, F, topk, didx, E,
+                   rw, ew, 32, limit, rb, h0);
+      const int cpb_up = 5;
+      gpu().launch("moe", ("smelt_moe_up_" + f + "_aq_dec").c_str(), 7, 1, 1, 512, smem(D, 1, cpb_up, 2), dx, D, F,
+                   topk, didx, E, rw, ew, 32, limit, rb, h1, cpb_up);
+      auto a = gpu().get<float>(h0, topk * F), b = gpu().get<float>(h1, topk * F);
+      expect_bits_equal(b.data(), a.data(), a.size(), what + " up");
+      DevPtr hu = gpu().alloc(topk * F * 4), hs = gpu().alloc(topk * F / 32 * 4);
+      gpu().launch("linear", "smelt_act_quant_b32", 1, topk, 1, 256, 0, h0, F, F, hu, hs);
+      DevPtr o0 = gpu().alloc(topk * D * 4), o1 = gpu().alloc(topk * D * 4);
+      gpu().launch("moe", ("smelt_moe_down_" + f + "_aq").c_str(), D / 8, topk, 1, 256, 0, hu, hs, D, F, topk, didx, E,
+                   ew, 32, rb, o0);
+      const int cpb_down = 6;
+      gpu().launch("moe", ("smelt_moe_down_" + f + "_aq_dec").c_str(), 9, 1, 1, 512, smem(F, topk, cpb_down, 1), h0,
+                   D, F, topk, didx, E, ew, 32, rb, 0, o1, cpb_down);
+      a = gpu().get<float>(o0, topk * D), b = gpu().get<float>(o1, topk * D);
+      expect_bits_equal(b.data(), a.data(), a.size(), what + " down");
+    }
+}
+
+struct AttnArgs {  // kernels/attention/attention.cu AttnArgs
+  DevPtr q, chunk_kv, idx;
+  int32_t k;
+  DevPtr sink;
+  int32_t sink_dt;
+  DevPtr ring;
+  int32_t R, window, ratio;
+  DevPtr pool;
+  int64_t pool_rows;
+  int32_t hd;
+  float scale;
+  int32_t v41, rb, dspark;
+};
+
+TEST(CudaDecodeKernels, SplitAttentionEqualsTheOneBlockKernel) {
+  NEED_GPU();
+  const int H = 4, hd = 512, window = 16, ratio = 2, pool_rows = 400, kk = 300;
+  const int64_t p0 = 700;  // visible compressed entries: 350
+  auto qv = randn(size_t(H) * hd, 31, 0.3f), kv = randn(hd, 32), ring = randn(size_t(window) * hd, 33);
+  auto pool = randn(size_t(pool_rows) * hd, 34), sink = randn(H, 35);
+  std::mt19937 r(36);
+  std::vector<int32_t> idx(kk);
+  for (auto& v : idx) v = int32_t(r() % 420) - 10;  // some invalid, some not yet visible
+  for (int mode = 0; mode < 2; ++mode) {  // 0: V4.1 with top-k; 1: V4 over every visible entry
+    AttnArgs g{};
+    g.q = gpu().put(qv), g.chunk_kv = gpu().put(kv), g.idx = mode == 0 ? gpu().put(idx) : 0, g.k = mode == 0 ? kk : 0;
+    g.sink = gpu().put(sink), g.ring = gpu().put(ring), g.R = window, g.window = window, g.ratio = ratio;
+    g.pool = gpu().put(pool), g.pool_rows = pool_rows, g.hd = hd, g.scale = 0.05f, g.v41 = mode == 0, g.rb = 1;
+    const int Lmax = window + (mode == 0 ? kk : int(p0 / ratio) + 1), tiles = (Lmax + 63) / 64;
+    DevPtr st = smelt::test_cuda::step_info(gpu(), p0, 1);
+    DevPtr out0 = gpu().alloc(size_t(H) * hd * 4), out1 = gpu().alloc(size_t(H) * hd * 4);
+    DevPtr sc = gpu().alloc(size_t(H) * Lmax * 4), tmax = gpu().alloc(size_t(H) * tiles * 4);
+    DevPtr psum = gpu().alloc(size_t(H) * tiles * 4), nmax = gpu().alloc(size_t(H) * tiles * 4);
+    DevPtr pv = gpu().alloc(size_t(H) * tiles * hd * 4);
+    gpu().launch("attention", "smelt_sparse_attention", 1, H, 1, 128, 0, g, st, 1, out0);
+    gpu().launch("attention", "smelt_attn_dec_scores", tiles, H, 1, 128, 0, g, st, Lmax, tiles, sc, tmax);
+    gpu().launch("attention", "smelt_attn_dec_tiles", tiles, H, 1, 128, 0, g, st, Lmax, tiles, sc, tmax, psum, nmax, pv);
+    gpu().launch("attention", "smelt_attn_dec_merge", H, 1, 1, 128, 0, g, st, tiles, psum, nmax, pv, 0, out1);
+    auto a = gpu().get<float>(out0, size_t(H) * hd), b = gpu().get<float>(out1, size_t(H) * hd);
+    expect_bits_equal(b.data(), a.data(), a.size(), mode == 0 ? "v41 top-k" : "v4 all visible");
+  }
+}
+
+TEST(CudaDecodeKernels, SplitRouterEqualsTheOneBlockRouter) {
+  NEED_GPU();
+  const int rows = 3, D = 320, E = 384, K = 6;
+  auto x = randn(size_t(rows) * D, 41);
+  auto gate = randn(size_t(E) * D, 42, 0.05f);
+  for (int c = 0; c < D; ++c) gate[size_t(7) * D + c] = gate[size_t(300) * D + c];  // equal scores: lower expert first
+  auto bias = randn(E, 43, 0.01f);
+  std::vector<float> xr(x);
+  for (int c = 0; c < D; ++c) xr[size_t(2) * D + c] = 0.f;  // a row of equal scores everywhere
+  DevPtr dx = gpu().put(xr), dg = gpu().put(gate), db = gpu().put(bias), ids = gpu().put(std::vector<int32_t>(rows, 1));
+  for (int scoring : {0, 1, 2}) {
+    DevPtr w0 = gpu().alloc(rows * K * 4), i0 = gpu().alloc(rows * K * 4), w1 = gpu().alloc(rows * K * 4),
+           i1 = gpu().alloc(rows * K * 4), dots = gpu().alloc(size_t(rows) * E * 4);
+    gpu().launch("moe", "smelt_moe_route", rows, 1, 1, 256, unsigned(2 * E * 4), dx, D, dg, 0, E, db, 0, DevPtr(0), 0,
+                 int64_t(0), ids, K, scoring, 1, 2.5f, 1.0f, w0, i0);
+    gpu().launch("moe", "smelt_moe_gate_dots", (E + 7) / 8, rows, 1, 256, 0, dx, D, dg, 0, E, dots);
+    gpu().launch("moe", "smelt_moe_route_select", rows, 1, 1, 256, unsigned(3 * E * 4), dots, E, db, 0, DevPtr(0), 0,
+                 int64_t(0), ids, K, scoring, 1, 2.5f, 1.0f, w1, i1);
+    auto a = gpu().get<int32_t>(i0, rows * K), b = gpu().get<int32_t>(i1, rows * K);
+    EXPECT_EQ(a, b) << "scoring " << scoring;
+    auto wa = gpu().get<float>(w0, rows * K), wb = gpu().get<float>(w1, rows * K);
+    expect_bits_equal(wb.data(), wa.data(), wa.size(), "route weights, scoring " + std::to_string(scoring));
+  }
+}
+
+// The `_bf16` entry points fold an op's `round = "bf16"` into the kernel: the plain kernel's output rounded
+// (kernels/bf16.h round_bf16 on the host), bit for bit.
+TEST(CudaDecodeKernels, RoundingEntryPointsEqualKernelThenRound) {
+  NEED_GPU();
+  const int rows = 2, n = 4, D = 300;
+  auto rounded = [](std::vector<float> v) {
+    for (auto& x : v) x = smelt::kernels::round_bf16(x);
+    return v;
+  };
+  auto X = randn(size_t(rows) * n * D, 51), y = randn(size_t(rows) * D, 52), pre = randn(size_t(rows) * n, 53);
+  auto post = randn(size_t(rows) * n, 54), comb = randn(size_t(rows) * n * n, 55), w = randn(D, 56);
+  DevPtr dX = gpu().put(X), dy = gpu().put(y), dpre = gpu().put(pre), dpost = gpu().put(post), dcomb = gpu().put(comb);
+  DevPtr dw = gpu().put(w), a = gpu().alloc(size_t(rows) * n * D * 4), b = gpu().alloc(size_t(rows) * n * D * 4);
+  auto check = [&](size_t count, const char* what) {
+    auto va = gpu().get<float>(a, count), vb = gpu().get<float>(b, count);
+    auto ra = rounded(va);
+    expect_bits_equal(vb.data(), ra.data(), count, what);
+  };
+  gpu().launch("rms_norm", "smelt_rms_norm", rows, 1, 1, 256, 0, dy, a, dw, 0, D, 1e-6f);
+  gpu().launch("rms_norm", "smelt_rms_norm_bf16", rows, 1, 1, 256, 0, dy, b, dw, 0, D, 1e-6f);
+  check(size_t(rows) * D, "rms_norm");
+  gpu().launch("hc", "smelt_hc_collapse", (D + 255) / 256, rows, 1, 256, 0, dX, dpre, n, D, a);
+  gpu().launch("hc", "smelt_hc_collapse_bf16", (D + 255) / 256, rows, 1, 256, 0, dX, dpre, n, D, b);
+  check(size_t(rows) * D, "hc_collapse");
+  gpu().launch("hc", "smelt_hc_expand", (D + 255) / 256, rows, n, 256, 0, dX, dy, dpost, dcomb, D, a);
+  gpu().launch("hc", "smelt_hc_expand_bf16", (D + 255) / 256, rows, n, 256, 0, dX, dy, dpost, dcomb, D, b);
+  check(size_t(rows) * n * D, "hc_expand");
+  // rope over 2 heads of 96 with 32 rotated channels, out of place and in place.
+  struct InvFreq {
+    float v[256];
+  } f{};
+  for (int i = 0; i < 16; ++i) f.v[i] = std::pow(10000.f, -float(i) / 16.f);
+  DevPtr st = smelt::test_cuda::step_info(gpu(), 37, rows);
+  gpu().launch("rope", "smelt_rope", rows, 1, 1, 128, 0, dX, a, st, 2, 96, 32, 0, f);
+  gpu().launch("rope", "smelt_rope_bf16", rows, 2, 1, 128, 0, dX, b, st, 2, 96, 32, 0, f);  // a block per head
+  check(size_t(rows) * 192, "rope");
+  DevPtr c = gpu().put(X);
+  gpu().launch("rope", "smelt_rope_bf16", rows, 3, 1, 128, 0, c, c, st, 2, 96, 32, 0, f);  // one block idle
+  {
+    auto va = gpu().get<float>(a, size_t(rows) * 192), vc = gpu().get<float>(c, size_t(rows) * 192);
+    auto ra = rounded(va);
+    expect_bits_equal(vc.data(), ra.data(), ra.size(), "rope in place");
+  }
+  const int64_t cnt = int64_t(rows) * D;
+  gpu().launch("elementwise", "smelt_add", 4, 1, 1, 256, 0, dy, dX, a, cnt);
+  gpu().launch("elementwise", "smelt_add_bf16", 4, 1, 1, 256, 0, dy, dX, b, cnt);
+  check(size_t(cnt), "add");
+}
+
+}  // namespace

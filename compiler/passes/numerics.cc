@@ -45,10 +45,7 @@ struct Numerics : impl::SmeltNumericsBase<Numerics> {
         fq.erase();
       }
     }
-    std::string text;
-    llvm::raw_string_ostream os(text);
-    printAsTextualPipeline(os);
-    record_pass(module, text);
+    record_pass(module, *this);
   }
 };
 

@@ -83,10 +83,7 @@ struct PadHeads : impl::SmeltPadHeadsBase<PadHeads> {
         a.emitError() << "smelt-pad-heads: " << err;
         return signalPassFailure();
       }
-    std::string text;
-    llvm::raw_string_ostream os(text);
-    printAsTextualPipeline(os);
-    record_pass(m, text);
+    record_pass(m, *this);
   }
 };
 

@@ -348,10 +348,7 @@ struct Partition : impl::SmeltPartitionBase<Partition> {
       if (!used.contains(w.getSymNameAttr())) w->erase();
     module->setAttr("smelt.tp", b.getI64IntegerAttr(tp));
     module->setAttr("smelt.pp", b.getI64IntegerAttr(pp));
-    std::string text;
-    llvm::raw_string_ostream os(text);
-    printAsTextualPipeline(os);
-    record_pass(module, text);
+    record_pass(module, *this);
   }
 };
 

@@ -26,4 +26,11 @@ void record_pass(mlir::ModuleOp module, llvm::StringRef name) {
   module->setAttr("smelt.passes", b.getArrayAttr(names));
 }
 
+void record_pass(mlir::ModuleOp module, mlir::Pass& pass) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  pass.printAsTextualPipeline(os);
+  record_pass(module, text);
+}
+
 }  // namespace smelt

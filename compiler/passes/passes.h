@@ -16,5 +16,7 @@ void register_passes();
 // Appends `name` (the pass with its options, as text) to the module's `smelt.passes` record, which tells
 // smelt-compile --compile-from which phases a dumped module has been through.
 void record_pass(mlir::ModuleOp module, llvm::StringRef name);
+// The same for a running pass: records it as it prints in a pipeline (name and options).
+void record_pass(mlir::ModuleOp module, mlir::Pass& pass);
 
 }  // namespace smelt

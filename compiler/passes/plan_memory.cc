@@ -108,10 +108,7 @@ struct PlanMemory : impl::SmeltPlanMemoryBase<PlanMemory> {
     }
     module->setAttr("smelt.arena_bytes", b.getI64IntegerAttr(most));
     module->setAttr("smelt.max_rows", b.getI64IntegerAttr(maxRows));
-    std::string text;
-    llvm::raw_string_ostream os(text);
-    printAsTextualPipeline(os);
-    record_pass(module, text);
+    record_pass(module, *this);
   }
 
   void runOnOperation() override {
@@ -139,10 +136,7 @@ struct PlanMemory : impl::SmeltPlanMemoryBase<PlanMemory> {
     }
     module->setAttr("smelt.arena_bytes", b.getI64IntegerAttr(arena));
     module->setAttr("smelt.max_rows", b.getI64IntegerAttr(maxRows));
-    std::string text;
-    llvm::raw_string_ostream os(text);
-    printAsTextualPipeline(os);
-    record_pass(module, text);
+    record_pass(module, *this);
   }
 };
 

@@ -45,10 +45,7 @@ struct SelectKernels : impl::SmeltSelectKernelsBase<SelectKernels> {
       module.emitError() << "smelt-select-kernels: target " << t.name << ": no cuda kernel yet for " << list;
       return signalPassFailure();
     }
-    std::string text;
-    llvm::raw_string_ostream os(text);
-    printAsTextualPipeline(os);
-    record_pass(module, text);
+    record_pass(module, *this);
   }
 };
 

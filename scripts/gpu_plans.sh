@@ -75,6 +75,16 @@ for d in tests/golden/v4/*/; do
   name=v4_$(basename "$d")
   compile "$name" "$d" h200
   echo "$name|plans/$name.smelt|${d%/}|$(ids "$d/reference.safetensors" prompt_ids)|$(ids "$d/reference.safetensors" continuation_ids)|1e-3" >> "$M"
+  # Partitioned (ctest -L gpu2, 2 GPUs through NCCL) against this TP1 plan on one GPU; NCCL sums in its own
+  # order, so 1e-3 of the row's scale as for cuda vs cpu.
+  for part in "tp2 --tp 2" "pp2 --pp 2"; do
+    set -- $part
+    if compile "${name}_$1" "$d" h200 "${@:2}"; then
+      echo "${name}_$1|plans/${name}_$1.smelt|${d%/}|$(ids "$d/reference.safetensors" prompt_ids)|$(ids "$d/reference.safetensors" continuation_ids)|1e-3|plans/$name.smelt" >> "$M"
+    else
+      echo "warning: ${name}_$1 not compiled (skipped)"
+    fi
+  done
 done
 # V4.1 goldens (outside the repository: the checkpoints travel in the archive). fp32 numerics: 1e-3 as for V4;
 # the model's numerics (bf16 roundings, per-token FP8 activation quantization): 5e-2, because a 1-ulp
@@ -88,6 +98,11 @@ for d in "$SHARED"/goldens/v41/*/; do
     echo "v41_${base}_fp32|plans/v41_${base}_fp32.smelt|models/$base|$prompt|$decode|1e-3" >> "$M"
   else
     echo "warning: v41_${base}_fp32 not compiled (skipped)"
+  fi
+  # V4.1 pipelined (fp32 numerics): no EP experts in a PP plan (V4.1 TP plans' expert-parallel moe_experts has
+  # no cuda launcher yet).
+  if [ -f "$OUT/work/plans/v41_${base}_fp32.smelt" ] && compile "v41_${base}_fp32_pp2" "$d" h200 --numerics fp32 --pp 2; then
+    echo "v41_${base}_fp32_pp2|plans/v41_${base}_fp32_pp2.smelt|models/$base|$prompt|$decode|1e-3|plans/v41_${base}_fp32.smelt" >> "$M"
   fi
   compile "v41_${base}" "$d" h200
   echo "v41_${base}|plans/v41_${base}.smelt|models/$base|$prompt|$decode|5e-2" >> "$M"

@@ -2,7 +2,8 @@
 # On the GPU machine (cmake, g++, CUDA 13; no MLIR, GoogleTest, flatbuffers, nlohmann_json, CLI11): builds the
 # runtime, smelt-run and the GPU tests against the folder scripts/gpu_plans.sh prepared, runs `ctest -L gpu`
 # (the kernels' tests and the cuda-vs-cpu plan comparisons), then compute-sanitizer memcheck on one fixture.
-# usage: scripts/gpu_test.sh [CARRY=gpu_carry]   (BUILD=build dir, default build-gpu)
+# With 2 or more GPUs it also runs `ctest -L gpu2` (partitioned plans through NCCL against their TP1 plans).
+# usage: scripts/gpu_test.sh [CARRY=gpu_carry]   (BUILD=build dir, default build-gpu; ONLY=gpu2: those tests alone)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -34,7 +35,17 @@ cmake --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}"
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 status=0
+if [ "${ONLY:-}" = gpu2 ]; then  # ONLY=gpu2: just the partitioned plans through NCCL
+  ctest --test-dir "$BUILD" -L '^gpu2$' --output-on-failure
+  exit $?
+fi
 ctest --test-dir "$BUILD" -L '^gpu$' --output-on-failure || status=1
+# Partitioned plans through NCCL, one GPU per rank, against their TP1 plans (needs 2 GPUs).
+if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
+  ctest --test-dir "$BUILD" -L '^gpu2$' --output-on-failure || status=1
+else
+  echo "== fewer than 2 GPUs: the partitioned-plan tests (ctest -L gpu2) are not run"
+fi
 # Measurements, not pass/fail: V4.1 end to end with the model's numerics (docs/v41-fidelity.md).
 ctest --test-dir "$BUILD" -L '^gpu_drift$' --output-on-failure || true
 

@@ -7,7 +7,8 @@
 //   bench    PLAN [--prompt-len N] [--decode-tokens N] [--repeat R] [--format text|json] [--model DIR]
 //            cuda: [--steps N] (decode steps timed; see docs/performance.md)
 // generate, logits and bench take [--backend cpu|cuda] (default: cuda when the plan has GPU kernels) and, on
-// cuda, [--device N] [--synthetic-weights SEED] (random weights generated on the GPU; no checkpoint read).
+// cuda, [--device N] [--synthetic-weights SEED] (random weights generated on the GPU; no checkpoint read); a
+// partitioned plan on cuda runs rank r on GPU (N + r) % count, or on the r-th of [--devices a,b,...], through NCCL.
 // Errors: one line "error: ..." on stderr; exit 1 for bad input, 2 for bad usage.
 #include <CLI/CLI.hpp>
 
@@ -33,6 +34,7 @@ using smelt::runtime::cuda::CudaSession;
 struct BackendArgs {
   std::string backend = "auto";
   int device = 0;
+  std::vector<int> devices;     // --devices: a partitioned plan's GPU per rank
   int64_t synthetic_seed = -1;  // >= 0: --synthetic-weights
 };
 
@@ -48,6 +50,7 @@ bool use_cuda(const std::string& plan_path, const BackendArgs& b) {
 smelt::runtime::cuda::BackendOptions cuda_options(const BackendArgs& b, const std::string& model) {
   smelt::runtime::cuda::BackendOptions o;
   o.device = b.device;
+  o.devices = b.devices;
   o.model_dir = model;
   o.synthetic = b.synthetic_seed >= 0;
   o.seed = uint64_t(std::max<int64_t>(b.synthetic_seed, 0));
@@ -401,6 +404,9 @@ int main(int argc, char** argv) {
     cmd->add_option("--backend", args->backend, "cpu or cuda (default: cuda when the plan has GPU kernels)")
         ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
     cmd->add_option("--device", args->device, "cuda: GPU ordinal")->check(CLI::Range(0, 1023));
+    cmd->add_option("--devices", args->devices, "cuda, partitioned plans: the GPU of each rank (default: rank r on r)")
+        ->delimiter(',')
+        ->check(CLI::Range(0, 1023));
     cmd->add_option("--synthetic-weights", args->synthetic_seed,
                     "cuda: fill the weights on the GPU with random values from SEED instead of reading the checkpoint")
         ->check(CLI::Range(int64_t(0), INT64_MAX));

@@ -12,31 +12,57 @@ extern "C" __global__ void smelt_hc_init(const float* x, float* X, int D) {
   if (d < D) X[(r * n + k) * D + d] = x[r * D + d];
 }
 
-// Mix logits m[r, o] of one row and one output o (block (o, r), 256 threads):
+// Mix logits m[r, o] of one row and one output o (block (o, r), any multiple of 32 threads; 1024 at decode):
 //   v4:  m = fn[o] . (z * rsqrt(mean z^2 + eps))   (normalise first, fp32 dot)
 //   v41: m = (fn[o] . z) * rsqrt(mean z^2 + eps)   (project first, double dot = the reference's dot_exact)
-// The fixed split (block-stride over len, then a fixed block reduction) depends only on len.
+// Each thread keeps four independent partial sums (elements i + j*blockDim, j = 0..3, then +4*blockDim...) so four
+// loads are in flight, folded in the order 0+1+2+3, then a fixed block reduction: the split depends only on len
+// and blockDim, never on the row count.
 extern "C" __global__ void smelt_hc_mix_logits(const float* X, int len, const void* fn, int fdt, float norm_eps,
                                                int v41, float* m) {
   __shared__ double redd[32];
   __shared__ float redf[32];
-  const int o = blockIdx.x, outs = gridDim.x;
+  const int o = blockIdx.x, outs = gridDim.x, bd = blockDim.x;
   const i64 r = blockIdx.y;
   const float* z = X + r * len;
-  double sq = 0.0;
-  for (int i = threadIdx.x; i < len; i += blockDim.x) sq += double(z[i]) * double(z[i]);
-  sq = block_sum_d(sq, redd);
-  const float rs = rms_scale_from(sq, len, norm_eps);
-  if (v41) {
-    double d = 0.0;
-    for (int i = threadIdx.x; i < len; i += blockDim.x) d += double(z[i]) * double(ldw(fn, i64(o) * len + i, fdt));
-    d = block_sum_d(d, redd);
-    if (threadIdx.x == 0) m[r * outs + o] = __fmul_rn(float(d), rs);
+  const i64 wo = i64(o) * len;
+  if (v41) {  // one pass: squares and the dot together
+    double sq[4] = {0.0, 0.0, 0.0, 0.0}, d[4] = {0.0, 0.0, 0.0, 0.0};
+    for (int i0 = threadIdx.x; i0 < len; i0 += 4 * bd) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int i = i0 + j * bd;
+        if (i < len) {
+          const double zi = double(z[i]);
+          sq[j] += zi * zi;
+          d[j] += zi * double(ldw(fn, wo + i, fdt));
+        }
+      }
+    }
+    const double sqs = block_sum_d(((sq[0] + sq[1]) + sq[2]) + sq[3], redd);
+    const double ds = block_sum_d(((d[0] + d[1]) + d[2]) + d[3], redd);
+    const float rs = rms_scale_from(sqs, len, norm_eps);
+    if (threadIdx.x == 0) m[r * outs + o] = __fmul_rn(float(ds), rs);
   } else {
-    float d = 0.f;
-    for (int i = threadIdx.x; i < len; i += blockDim.x) d = fmaf(__fmul_rn(z[i], rs), ldw(fn, i64(o) * len + i, fdt), d);
-    d = block_sum(d, redf);
-    if (threadIdx.x == 0) m[r * outs + o] = d;
+    double sq[4] = {0.0, 0.0, 0.0, 0.0};
+    for (int i0 = threadIdx.x; i0 < len; i0 += 4 * bd) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int i = i0 + j * bd;
+        if (i < len) sq[j] += double(z[i]) * double(z[i]);
+      }
+    }
+    const float rs = rms_scale_from(block_sum_d(((sq[0] + sq[1]) + sq[2]) + sq[3], redd), len, norm_eps);
+    float d[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int i0 = threadIdx.x; i0 < len; i0 += 4 * bd) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int i = i0 + j * bd;
+        if (i < len) d[j] = fmaf(__fmul_rn(z[i], rs), ldw(fn, wo + i, fdt), d[j]);
+      }
+    }
+    const float dsum = block_sum(__fadd_rn(__fadd_rn(__fadd_rn(d[0], d[1]), d[2]), d[3]), redf);
+    if (threadIdx.x == 0) m[r * outs + o] = dsum;
   }
 }
 
@@ -47,7 +73,63 @@ __device__ float wload(const void* p, int i, int dt) { return ldw(p, i, dt); }
 }  // namespace
 
 // pre / post / Sinkhorn comb of each row from its (2+n)*n logits (reference split_sinkhorn, same op order).
-// One thread per row: grid (ceil(rows/32)), block 32. n <= 8.
+// One thread per row: grid (ceil(rows/32)), block 32. n <= 8. The n x n matrix lives in registers (the body is
+// instantiated per n, loops fully unrolled): the 20 iterations then cost a few microseconds, not ~60 us of
+// dependent global-memory round trips. Written to comb once at the end.
+template <int N>
+__device__ __forceinline__ void hc_sinkhorn_body(const float* m, const void* base, int bdt, float s0, float s1,
+                                                 float s2, int iters, float hc_eps, float* pr, float* po, float* cout) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    pr[i] = __fadd_rn(sigmoidf_(__fadd_rn(__fmul_rn(m[i], s0), wload(base, i, bdt))), hc_eps);
+    po[i] = __fmul_rn(2.0f, sigmoidf_(__fadd_rn(__fmul_rn(m[N + i], s1), wload(base, N + i, bdt))));
+  }
+  float c[N * N];
+#pragma unroll
+  for (int a = 0; a < N; ++a) {
+    float* row = c + a * N;
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+      row[k] = __fadd_rn(__fmul_rn(m[2 * N + a * N + k], s2), wload(base, 2 * N + a * N + k, bdt));
+    float mx = row[0];
+#pragma unroll
+    for (int k = 1; k < N; ++k) mx = fmaxf(mx, row[k]);
+    float sum = 0.f;
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      row[k] = expf(__fsub_rn(row[k], mx));
+      sum = __fadd_rn(sum, row[k]);
+    }
+#pragma unroll
+    for (int k = 0; k < N; ++k) row[k] = __fadd_rn(__fdiv_rn(row[k], sum), hc_eps);
+  }
+  float colsum[N];
+  for (int it = 0; it < (iters > 1 ? iters : 1); ++it) {  // one column pass at least, as the reference
+    if (it > 0) {
+#pragma unroll
+      for (int a = 0; a < N; ++a) {
+        float s = 0.f;
+#pragma unroll
+        for (int k = 0; k < N; ++k) s = __fadd_rn(s, c[a * N + k]);
+#pragma unroll
+        for (int k = 0; k < N; ++k) c[a * N + k] = __fdiv_rn(c[a * N + k], __fadd_rn(s, hc_eps));
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < N; ++k) colsum[k] = 0.f;
+#pragma unroll
+    for (int a = 0; a < N; ++a)
+#pragma unroll
+      for (int k = 0; k < N; ++k) colsum[k] = __fadd_rn(colsum[k], c[a * N + k]);
+#pragma unroll
+    for (int a = 0; a < N; ++a)
+#pragma unroll
+      for (int k = 0; k < N; ++k) c[a * N + k] = __fdiv_rn(c[a * N + k], __fadd_rn(colsum[k], hc_eps));
+  }
+#pragma unroll
+  for (int i = 0; i < N * N; ++i) cout[i] = c[i];
+}
+
 extern "C" __global__ void smelt_hc_sinkhorn(const float* m_all, int rows, int n, const void* base, int bdt,
                                              const void* scale, int sdt, int iters, float hc_eps, float* pre,
                                              float* post, float* comb) {
@@ -59,36 +141,13 @@ extern "C" __global__ void smelt_hc_sinkhorn(const float* m_all, int rows, int n
   float* pr = pre + i64(r) * n;
   float* po = post + i64(r) * n;
   float* c = comb + i64(r) * n * n;
-  for (int i = 0; i < n; ++i) {
-    pr[i] = __fadd_rn(sigmoidf_(__fadd_rn(__fmul_rn(m[i], s0), wload(base, i, bdt))), hc_eps);
-    po[i] = __fmul_rn(2.0f, sigmoidf_(__fadd_rn(__fmul_rn(m[n + i], s1), wload(base, n + i, bdt))));
-  }
-  for (int a = 0; a < n; ++a) {
-    float* row = c + a * n;
-    for (int k = 0; k < n; ++k)
-      row[k] = __fadd_rn(__fmul_rn(m[2 * n + a * n + k], s2), wload(base, 2 * n + a * n + k, bdt));
-    float mx = row[0];
-    for (int k = 1; k < n; ++k) mx = fmaxf(mx, row[k]);
-    float sum = 0.f;
-    for (int k = 0; k < n; ++k) {
-      row[k] = expf(__fsub_rn(row[k], mx));
-      sum = __fadd_rn(sum, row[k]);
-    }
-    for (int k = 0; k < n; ++k) row[k] = __fadd_rn(__fdiv_rn(row[k], sum), hc_eps);
-  }
-  float colsum[8];
-  for (int it = 0; it < (iters > 1 ? iters : 1); ++it) {  // one column pass at least, as the reference
-    if (it > 0)
-      for (int a = 0; a < n; ++a) {
-        float s = 0.f;
-        for (int k = 0; k < n; ++k) s = __fadd_rn(s, c[a * n + k]);
-        for (int k = 0; k < n; ++k) c[a * n + k] = __fdiv_rn(c[a * n + k], __fadd_rn(s, hc_eps));
-      }
-    for (int k = 0; k < n; ++k) colsum[k] = 0.f;
-    for (int a = 0; a < n; ++a)
-      for (int k = 0; k < n; ++k) colsum[k] = __fadd_rn(colsum[k], c[a * n + k]);
-    for (int a = 0; a < n; ++a)
-      for (int k = 0; k < n; ++k) c[a * n + k] = __fdiv_rn(c[a * n + k], __fadd_rn(colsum[k], hc_eps));
+  switch (n) {
+#define SMELT_HC_SK(N) \
+  case N: hc_sinkhorn_body<N>(m, base, bdt, s0, s1, s2, iters, hc_eps, pr, po, c); break;
+    SMELT_HC_SK(1) SMELT_HC_SK(2) SMELT_HC_SK(3) SMELT_HC_SK(4) SMELT_HC_SK(5) SMELT_HC_SK(6) SMELT_HC_SK(7)
+    SMELT_HC_SK(8)
+#undef SMELT_HC_SK
+    default: break;
   }
 }
 

@@ -63,19 +63,28 @@ __device__ __forceinline__ void dot_rows(const float* x, i64 ldx, int nrows, con
 #pragma unroll
   for (int r = 0; r < RT; ++r) acc[r] = 0.f;
   const int chunks = K / 8;
-#pragma unroll 4
-  for (int c = lane; c < chunks; c += 32) {
-    float v[8];
-    load_w8<FMT>(w, ws, n, c * 8, K, blk, v);
+  // The weights of U chunks (lane's c, c+32, ...) are loaded before any is used, so U loads are in flight per lane;
+  // the chunks are still accumulated in increasing c, the order the sums have always had.
+  constexpr int U = 4;
+  for (int c0 = lane; c0 < chunks; c0 += 32 * U) {
+    float v[U][8];
 #pragma unroll
-    for (int r = 0; r < RT; ++r) {
-      if (r < nrows) {
-        const float4* xp = reinterpret_cast<const float4*>(x + r * ldx + c * 8);
-        const float4 a = xp[0], b = xp[1];
-        float s = acc[r];
-        s = fmaf(a.x, v[0], s), s = fmaf(a.y, v[1], s), s = fmaf(a.z, v[2], s), s = fmaf(a.w, v[3], s);
-        s = fmaf(b.x, v[4], s), s = fmaf(b.y, v[5], s), s = fmaf(b.z, v[6], s), s = fmaf(b.w, v[7], s);
-        acc[r] = s;
+    for (int u = 0; u < U; ++u)
+      if (c0 + 32 * u < chunks) load_w8<FMT>(w, ws, n, (c0 + 32 * u) * 8, K, blk, v[u]);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int c = c0 + 32 * u;
+      if (c >= chunks) break;
+#pragma unroll
+      for (int r = 0; r < RT; ++r) {
+        if (r < nrows) {
+          const float4* xp = reinterpret_cast<const float4*>(x + r * ldx + c * 8);
+          const float4 a = xp[0], b = xp[1];
+          float s = acc[r];
+          s = fmaf(a.x, v[u][0], s), s = fmaf(a.y, v[u][1], s), s = fmaf(a.z, v[u][2], s), s = fmaf(a.w, v[u][3], s);
+          s = fmaf(b.x, v[u][4], s), s = fmaf(b.y, v[u][5], s), s = fmaf(b.z, v[u][6], s), s = fmaf(b.w, v[u][7], s);
+          acc[r] = s;
+        }
       }
     }
   }

@@ -23,16 +23,30 @@ constexpr int kGemvThreads = 512;
 // Quantizes row x (K floats, K % 32 == 0) per token in K-blocks of 32 exactly as smelt_act_quant_b32 /
 // act_quant_block (one warp per block, lane = element) straight into the rotated staging layout: the GEMVs take
 // the float row, so no separate act-quant launch precedes them. Call with all threads; synchronises.
+// Every block stages the whole row, so this is on each launch's critical path: a warp loads the values of its
+// next 8 blocks before quantizing any (8 loads in flight instead of one load, shuffle and store at a time).
 __device__ __forceinline__ void gemv_stage_quant(const float* x, int K, i32* xq, float* xsc) {
-  const int lane = threadIdx.x & 31, nb = K / 32;
-  for (int b = threadIdx.x >> 5; b < nb; b += blockDim.x >> 5) {
-    const float v = x[b * 32 + lane];
-    float amax = fabsf(v);
-    for (int o = 16; o >= 1; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float s = pow2_scale(amax > 1e-4f ? amax : 1e-4f, 1.f / 448.f);
-    xq[b * 32 + ((((lane >> 2) + b) & 7) << 2) + (lane & 3)] =
-        e4m3_units(e4m3_encode(clampf(__fdiv_rn(v, s), -448.f, 448.f)));
-    if (lane == 0) xsc[b] = s;
+  constexpr int kAhead = 8;
+  const int lane = threadIdx.x & 31, nb = K / 32, nw = blockDim.x >> 5;
+  for (int b0 = threadIdx.x >> 5; b0 < nb; b0 += kAhead * nw) {
+    float v[kAhead];
+#pragma unroll
+    for (int j = 0; j < kAhead; ++j) {
+      const int b = b0 + j * nw;
+      v[j] = b < nb ? x[b * 32 + lane] : 0.f;
+    }
+#pragma unroll
+    for (int j = 0; j < kAhead; ++j) {
+      const int b = b0 + j * nw;  // the same for the whole warp: the shuffles below see all 32 lanes
+      if (b < nb) {
+        float amax = fabsf(v[j]);
+        for (int o = 16; o >= 1; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float s = pow2_scale(amax > 1e-4f ? amax : 1e-4f, 1.f / 448.f);
+        xq[b * 32 + ((((lane >> 2) + b) & 7) << 2) + (lane & 3)] =
+            e4m3_units(e4m3_encode(clampf(__fdiv_rn(v[j], s), -448.f, 448.f)));
+        if (lane == 0) xsc[b] = s;
+      }
+    }
   }
   __syncthreads();
 }
@@ -110,6 +124,22 @@ __device__ __forceinline__ const u8* wblock_ptr(const u8* w, i64 n, int b, int K
 template <bool FP4>
 __device__ __forceinline__ float wblock_scale(const u8* ws, i64 n, int b, int K, int blk) {
   return FP4 ? e8m0_decode(ws[n * (K / 32) + b]) : e8m0_decode(ws[(n / blk) * ((K + blk - 1) / blk) + (b * 32) / blk]);
+}
+
+// 0 + t[0] + t[1] + ... + t[nb-1] in fp32, in that order (the K-order sum of the block terms). The chain of adds
+// is inherently serial; loading 8 terms ahead keeps shared-memory latency off it.
+__device__ __forceinline__ float fold_terms(const float* t, int nb) {
+  float acc = 0.f;
+  int b = 0;
+  for (; b + 8 <= nb; b += 8) {
+    float v[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = t[b + j];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc = __fadd_rn(acc, v[j]);
+  }
+  for (; b < nb; ++b) acc = __fadd_rn(acc, t[b]);
+  return acc;
 }
 
 // Shared-memory bytes of a gemv block: the staged row(s) + scales + 2 term buffers of cpb columns x `terms`

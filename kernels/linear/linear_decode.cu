@@ -45,8 +45,7 @@ __device__ void gemv_aq_body(const float* x, float* y, const u8* w, const u8* ws
     __syncthreads();  // the other buffer is folded while the next group loads (two buffers)
     if (threadIdx.x < cpb && n0 + threadIdx.x < N) {
       const float* t = tb + threadIdx.x * ld;
-      float acc = 0.f;
-      for (int b = 0; b < nb; ++b) acc = __fadd_rn(acc, t[b]);  // K order, as dot_rows_aq
+      float acc = fold_terms(t, nb);  // K order, as dot_rows_aq
       if (scale_after != 1.f) acc = __fmul_rn(acc, scale_after);
       y[r * N + n0 + threadIdx.x] = round ? round_bf16(acc) : acc;
     }

@@ -50,11 +50,7 @@ __device__ void up_dec_body(const float* x, int D, int F, int topk, const i32* i
       const int t = int(q / F);
       const int e = expert_of(idx, t, n_experts);
       float gs = 0.f, us = 0.f;
-      if (e >= 0)
-        for (int b = 0; b < nb; ++b) {
-          gs = __fadd_rn(gs, tg[threadIdx.x * ld + b]);
-          us = __fadd_rn(us, tu[threadIdx.x * ld + b]);
-        }
+      if (e >= 0) gs = fold_terms(tg + threadIdx.x * ld, nb), us = fold_terms(tu + threadIdx.x * ld, nb);
       if (e < 0) {
         h[q] = 0.f;
       } else {
@@ -121,9 +117,7 @@ __device__ void down_dec_body(const float* h, int D, int F, int topk, const i32*
     if (threadIdx.x < cpb && q < cols) {
       const int t = int(q / D);
       const int e = expert_of(idx, t, n_experts);
-      float y = 0.f;
-      if (e >= 0)
-        for (int b = 0; b < nb; ++b) y = __fadd_rn(y, tb[threadIdx.x * ld + b]);
+      const float y = e >= 0 ? fold_terms(tb + threadIdx.x * ld, nb) : 0.f;
       out[q] = ((rb && e >= 0) || round) ? round_bf16(y) : y;
     }
   }

@@ -1,6 +1,8 @@
 // smelt.rms_norm: each of the `groups` segments of a row is normalised on its own, y = w * (x * r) with
 // r = 1 / sqrt(mean(x^2) + eps), mean accumulated in double (kernels/rms_norm reference). x may alias y.
-// grid (rows * groups), block 256 (any multiple of 32).
+// grid (rows * groups), block any multiple of 32 (the runtime picks it from len only: up to 1024, ~4 values a
+// thread). Four independent partial sums per thread keep four loads in flight; the fold order depends only on len
+// and blockDim, never on the row count.
 #include "kernels/cuda/common.cuh"
 
 using namespace smelt_dev;
@@ -14,10 +16,16 @@ __device__ void rms_norm_body(const float* x, float* y, const void* w, int wdt, 
   const i64 s = blockIdx.x;
   const float* xs = x + s * len;
   float* ys = y + s * len;
-  double sq = 0.0;
-  for (int i = threadIdx.x; i < len; i += blockDim.x) sq += double(xs[i]) * double(xs[i]);
-  sq = block_sum_d(sq, red);
-  const float r = rms_scale_from(sq, len, eps);
+  const int bd = blockDim.x;
+  double sq[4] = {0.0, 0.0, 0.0, 0.0};
+  for (int i0 = threadIdx.x; i0 < len; i0 += 4 * bd) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int i = i0 + j * bd;
+      if (i < len) sq[j] += double(xs[i]) * double(xs[i]);
+    }
+  }
+  const float r = rms_scale_from(block_sum_d(((sq[0] + sq[1]) + sq[2]) + sq[3], red), len, eps);
   for (int i = threadIdx.x; i < len; i += blockDim.x) {
     const float v = __fmul_rn(xs[i], r);
     const float o = w ? __fmul_rn(ldw(w, i, wdt), v) : v;

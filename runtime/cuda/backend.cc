@@ -1,5 +1,7 @@
 #include "runtime/cuda/backend.h"
 
+#include "runtime/cuda/nccl.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -136,7 +138,8 @@ CudaBackend::CudaBackend(const Plan& plan, const BackendOptions& o) : plan_(plan
     uint64_t scratch = 0;
     for (const OpRef& op : plan.ops()) {
       Prepare p;
-      prepare_op(plan, op, plan.max_rows(), p);
+      if (is_collective(op.spec->kind)) p.scratch_bytes = NcclComms::scratch_bytes(plan, op, plan.max_rows());
+      else prepare_op(plan, op, plan.max_rows(), p);
       scratch = std::max(scratch, p.scratch_bytes);
     }
 
@@ -313,6 +316,11 @@ void CudaBackend::stage_inputs(const int32_t* ids, int64_t p0, int rows) {
 void CudaBackend::run_op_at(size_t k, int rows) {
   OpLaunch& l = ops_[k];
   l.rows = rows;
+  if (is_collective(l.op->spec->kind)) {  // through NCCL (runtime/cuda/nccl.cc)
+    if (!comms_) plan_.fail(*l.op, "is a collective, but this cuda backend runs without NCCL communicators");
+    comms_->run(l, rank_);
+    return;
+  }
   run_op(l);  // applies the op's `round` too (in its kernels, or smelt_round_bf16_rows after them)
 }
 
@@ -383,7 +391,10 @@ void CudaBackend::run_ops(int rows, std::vector<CUevent>* marks, std::vector<Spa
   }
 }
 
+void CudaBackend::make_current() { check(d_.cuCtxSetCurrent(ctx_), "making the GPU's context current"); }
+
 void CudaBackend::run(const int32_t* ids, int64_t p0, int rows) {
+  make_current();
   stage_inputs(ids, p0, rows);
   int64_t before = launches_;
   if (graphs_ && rows == 1) {
@@ -448,6 +459,7 @@ std::vector<CudaBackend::Span> CudaBackend::run_timed(const int32_t* ids, int64_
 }
 
 void CudaBackend::read_logits(float* out, int rows) {
+  make_current();
   CUdeviceptr p = arena_ + plan_.fb().buffers()->Get(plan_.logits())->offset();
   check(d_.cuMemcpyDtoH(out, p, size_t(rows) * size_t(plan_.vocab()) * 4), "reading the logits");
 }
@@ -458,6 +470,7 @@ void CudaBackend::read_buffer(int buffer, void* out, uint64_t bytes) {
 }
 
 void CudaBackend::reset_state() {
+  make_current();
   check(d_.cuMemsetD8Async(states_, 0, std::max<uint64_t>(states_bytes_, 256), stream_), "clearing the states");
   check(d_.cuStreamSynchronize(stream_), "clearing the states");
 }

@@ -34,6 +34,8 @@ struct BackendOptions {
   bool synthetic = false; // --synthetic-weights: values generated on the GPU from `seed`
   uint64_t seed = 0;
   bool graphs = true;     // decode as CUDA graphs ($SMELT_CUDA_GRAPHS=0 also turns them off)
+  // Partitioned plans: the GPU of each rank (rank r on devices[r % size]); empty = rank r on (device + r) % count.
+  std::vector<int> devices;
 };
 
 // The cubin arch of `plan` to load on a GPU of compute capability major.minor: exactly sm_<major><minor>, else
@@ -45,6 +47,8 @@ std::string choose_arch(const Plan& plan, const std::string& gpu_name, int major
 // is not an ELF this can read (the backend then asks every module for a name). Exposed for tests.
 std::vector<std::string> cubin_functions(const std::vector<uint8_t>& image);
 
+class NcclComms;  // runtime/cuda/nccl.h
+
 class CudaBackend final : public Launcher {
  public:
   CudaBackend(const Plan& plan, const BackendOptions& options);
@@ -55,6 +59,10 @@ class CudaBackend final : public Launcher {
   const DeviceInfo& device() const { return dev_; }
   const std::string& arch() const { return arch_; }
   const Plan& plan() const { return plan_; }
+  // A rank of a partitioned plan: its collectives go through `comms` as global rank `rank` (CudaSession).
+  void attach(const NcclComms* comms, int rank) { comms_ = comms, rank_ = rank; }
+  // Makes this backend's context current on the calling thread (a partitioned plan runs a thread per rank).
+  void make_current();
 
   // Runs the main forward over `rows` tokens at positions p0 .. p0+rows-1 (graph for one row when graphs
   // are on) and waits; logits of the chunk are then read with read_logits.
@@ -129,6 +137,8 @@ class CudaBackend final : public Launcher {
   std::vector<std::pair<std::string, CUevent>>* profile_ = nullptr;  // run_profiled: an event per launch
   std::vector<std::string> last_kernels_;
   int64_t launches_ = 0, last_launches_ = 0;
+  const NcclComms* comms_ = nullptr;
+  int rank_ = 0;
 
   CUfunction function(const char* name);
   void stage_inputs(const int32_t* ids, int64_t p0, int rows);

@@ -274,6 +274,8 @@ static nlohmann::ordered_json profile_json(const Plan& plan, const std::vector<C
 }
 
 nlohmann::ordered_json bench(const BenchOptions& o) {
+  if (Plan::load(o.plan).partitioned())
+    throw Error(o.plan + ": bench on the cuda backend times one GPU; a partitioned plan runs with generate / logits");
   auto session = CudaSession::open(o.plan, o.backend);
   CudaBackend& b = session->backend();
   const Plan& plan = session->plan();

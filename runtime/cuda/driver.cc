@@ -70,6 +70,7 @@ std::unique_ptr<Driver> open_driver(const std::string& library) {
   SMELT_BIND(cuEventRecord, "cuEventRecord");
   SMELT_BIND(cuEventSynchronize, "cuEventSynchronize");
   SMELT_BIND(cuEventElapsedTime, "cuEventElapsedTime_v2");
+  SMELT_BIND(cuMemcpy2DAsync, "cuMemcpy2DAsync_v2");
 #undef SMELT_BIND
   CUresult r = x.cuInit(0);
   if (r == 100 /* CUDA_ERROR_NO_DEVICE */)

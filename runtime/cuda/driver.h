@@ -26,6 +26,25 @@ constexpr int kFuncAttrMaxDynamicSharedBytes = 8;
 constexpr unsigned kStreamNonBlocking = 1;
 constexpr int kCaptureModeThreadLocal = 1;
 
+// cuda.h's CUDA_MEMCPY2D (memory types: 2 = device).
+struct Memcpy2D {
+  size_t srcXInBytes, srcY;
+  int srcMemoryType;
+  const void* srcHost;
+  CUdeviceptr srcDevice;
+  void* srcArray;
+  size_t srcPitch;
+  size_t dstXInBytes, dstY;
+  int dstMemoryType;
+  void* dstHost;
+  CUdeviceptr dstDevice;
+  void* dstArray;
+  size_t dstPitch;
+  size_t WidthInBytes, Height;
+};
+static_assert(sizeof(Memcpy2D) == 128, "CUDA_MEMCPY2D has 128 bytes");
+constexpr int kMemoryTypeDevice = 2;
+
 struct Driver {
   CUresult (*cuInit)(unsigned);
   CUresult (*cuDriverGetVersion)(int*);
@@ -72,6 +91,7 @@ struct Driver {
   CUresult (*cuEventRecord)(CUevent, CUstream);
   CUresult (*cuEventSynchronize)(CUevent);
   CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent);
+  CUresult (*cuMemcpy2DAsync)(const Memcpy2D*, CUstream);  // partitioned plans: all_gather's interleave
 };
 
 // The loaded driver, initialised (cuInit) on first use. Throws smelt::Error with one sentence when there is no

@@ -69,8 +69,15 @@ bool decode_kernels() {
 }
 
 int gemv_cpb(int nb, int64_t cols, unsigned blocks) {
-  // ~2 items per thread per group, but enough groups to give every block work.
-  int cpb = std::max(1, 2 * kGemvThreads / nb);
+  // ~2 items per thread per group, but enough groups to give every block work. SMELT_GEMV_ITEMS (1..8) overrides
+  // the 2 for tuning runs: more items per group = more weight bytes per fold of nb serial adds, but more shared
+  // memory (past kGemvMaxSmem the callers fall back to the slow path, so watch the per-op table).
+  static const int items = [] {
+    const char* v = std::getenv("SMELT_GEMV_ITEMS");
+    const int i = v ? std::atoi(v) : 2;
+    return i >= 1 && i <= 8 ? i : 2;
+  }();
+  int cpb = std::max(1, items * kGemvThreads / nb);
   cpb = int(std::min<int64_t>(cpb, std::max<int64_t>(1, cols / int64_t(blocks))));
   return std::min(cpb, 32);
 }
@@ -146,7 +153,9 @@ bool split_attention(Ctx& c, const AttnArgs& a) {
   const int64_t lc = (a.ratio > 0 && a.pool) ? (a.idx ? int64_t(a.k) : l.plan->max_seq_len() / a.ratio + 1) : 0;
   const int64_t Lmax = std::max<int64_t>(a.window, 0) + lc;
   const int64_t tiles = (Lmax + 63) / 64;
-  if (tiles < 4 || H * tiles * a.hd * 4 > (int64_t(64) << 20)) return false;  // short lists: one block per head
+  // A single tile: one block per head. Two or more (window-only layers: 128 keys = 2 tiles) already pay: the
+  // one-block kernel walks them serially on H multiprocessors (~60 us a launch measured at H = 64, hd = 512).
+  if (tiles < 2 || H * tiles * a.hd * 4 > (int64_t(64) << 20)) return false;
   const DevPtr sc = c.scratch(uint64_t(H * Lmax) * 4), tmax = c.scratch(uint64_t(H * tiles) * 4);
   const DevPtr psum = c.scratch(uint64_t(H * tiles) * 4), nmax = c.scratch(uint64_t(H * tiles) * 4);
   const DevPtr pv = c.scratch(uint64_t(H * tiles * a.hd) * 4);
@@ -291,7 +300,7 @@ void run_v4(Ctx& c) {
       if (n > 8) c.fail("hc_mult " + std::to_string(n) + " exceeds the cuda kernels' 8");
       const DevPtr m = c.scratch(uint64_t(rows) * outs * 4);
       const DeviceWeight *fn = weight(l, 0), *base = weight(l, 1), *scale = weight(l, 2);
-      c.go("smelt_hc_mix_logits", unsigned(outs), R, 1, 256, 0, l.in[0], len, ptr(fn), detail::float_dt(c, fn, "fn"),
+      c.go("smelt_hc_mix_logits", unsigned(outs), R, 1, 1024, 0, l.in[0], len, ptr(fn), detail::float_dt(c, fn, "fn"),
            float(op.f("norm_eps")), int(op.s("variant") == "v41"), m);
       c.go("smelt_hc_sinkhorn", cdiv(rows, 32), 1, 1, 32, 0, m, rows, n, ptr(base), detail::float_dt(c, base, "base"),
            ptr(scale), detail::float_dt(c, scale, "scale"), int(op.i("sinkhorn_iters")), float(op.f("hc_eps")),
@@ -316,7 +325,7 @@ void run_v4(Ctx& c) {
       const int n = int(op.i("hc_mult")), D = int(l.out_w[0]);
       const DevPtr m = c.scratch(uint64_t(rows) * n * 4);
       const DeviceWeight *fn = weight(l, 0), *base = weight(l, 1), *scale = weight(l, 2);
-      c.go("smelt_hc_mix_logits", unsigned(n), R, 1, 256, 0, l.in[0], int(n * D), ptr(fn),
+      c.go("smelt_hc_mix_logits", unsigned(n), R, 1, 1024, 0, l.in[0], int(n * D), ptr(fn),
            detail::float_dt(c, fn, "fn"), float(op.f("norm_eps")), int(0), m);
       c.go("smelt_hc_head_collapse", cdiv(D, 256), R, 1, 256, 0, l.in[0], m, n, D, ptr(base),
            detail::float_dt(c, base, "base"), ptr(scale), detail::float_dt(c, scale, "scale"), float(op.f("hc_eps")),
@@ -327,7 +336,9 @@ void run_v4(Ctx& c) {
       const int groups = int(op.i("groups")), len = int(l.in_w[0] / groups);
       const DeviceWeight* w = weight(l, 0);
       c.round_done = is_round(op);
-      c.go(c.round_done ? "smelt_rms_norm_bf16" : "smelt_rms_norm", unsigned(rows * groups), 1, 1, 256, 0, l.in[0],
+      // ~4 values a thread, from len only (row-count invariant): 5120 -> 1024 threads, 128 -> 32.
+      const unsigned threads = unsigned(std::clamp<int64_t>(cdiv(cdiv(len, 4), 32) * 32, 32, 1024));
+      c.go(c.round_done ? "smelt_rms_norm_bf16" : "smelt_rms_norm", unsigned(rows * groups), 1, 1, threads, 0, l.in[0],
            l.out[0], ptr(w), detail::float_dt(c, w, "weight"), len, float(op.f("eps")));
       break;
     }
@@ -502,7 +513,9 @@ bool has_launcher(const std::string& name) {
       "smelt.compressor", "smelt.indexer_topk", "smelt.sparse_attention", "smelt.moe_route", "smelt.moe_experts",
       "smelt.swiglu_mlp", "smelt.add", "smelt.fake_quant", "smelt.kv_compressor", "smelt.indexer_v41",
       "smelt.engram_hash", "smelt.engram", "smelt.hc_mean", "smelt.capture", "smelt.concat",
-      "smelt.dspark_attention", "smelt.dspark_head"};
+      "smelt.dspark_attention", "smelt.dspark_head",
+      // Collectives: the backend runs them through NCCL (runtime/cuda/nccl.cc), not a launcher here.
+      "smelt.all_reduce", "smelt.all_gather", "smelt.send", "smelt.recv"};
   return names.count(name) > 0;
 }
 

@@ -3,11 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <string>
 #include <vector>
 
 #include "runtime/cuda/backend.h"
 #include "runtime/cuda/driver.h"
+#include "runtime/cuda/launch.h"
+#include "runtime/cuda/nccl.h"
 #include "runtime/inspect.h"
 
 namespace cuda = smelt::runtime::cuda;
@@ -19,6 +22,36 @@ TEST(CudaDriver, MissingDriverIsOneSentence) {
   } catch (const smelt::Error& e) {
     EXPECT_STREQ(e.what(), "no CUDA driver found (libsmelt_no_such_driver.so.1): the cuda backend needs an NVIDIA GPU");
   }
+}
+
+TEST(Nccl, MissingLibraryIsOneSentence) {
+  try {
+    cuda::load_nccl("libsmelt_no_such_nccl.so.2");
+    FAIL() << "expected an error";
+  } catch (const smelt::Error& e) {
+    EXPECT_STREQ(e.what(), "no NCCL found (libsmelt_no_such_nccl.so.2): partitioned plans on the cuda backend need it");
+  }
+}
+
+// NCCL answers its version without a GPU: every symbol the backend binds is there (CUDA's copy, when installed).
+TEST(Nccl, BindsEverySymbol) {
+  const std::string lib = "/usr/local/cuda/lib64/libnccl.so.2";
+  if (FILE* f = std::fopen(lib.c_str(), "rb")) {
+    std::fclose(f);
+  } else {
+    GTEST_SKIP() << lib << " not installed";
+  }
+  const cuda::Nccl& n = cuda::load_nccl(lib);
+  int version = 0;
+  ASSERT_EQ(n.ncclGetVersion(&version), 0);
+  EXPECT_GE(version, 21900);  // NCCL_VERSION_CODE of 2.19
+  EXPECT_NE(std::string(n.ncclGetErrorString(1)), "");
+}
+
+// The collectives run through NCCL, so a cuda target accepts partitioned plans (smelt-select-kernels asks this).
+TEST(Nccl, CollectivesHaveCudaLaunchers) {
+  for (const char* op : {"smelt.all_reduce", "smelt.all_gather", "smelt.send", "smelt.recv"})
+    EXPECT_TRUE(cuda::has_launcher(op)) << op;
 }
 
 #ifdef SMELT_CUDA_TEST_PLAN

@@ -12,6 +12,11 @@
 //     per row). Prompt in chunks of CHUNK rows, then the decode ids one by one; prints the first REPORT ops
 //     that differ (op, layer, kernels launched, max diff and where) and the count of every chunk with any.
 //     Exit 1 if any.
+//   gpu_compare ranks PARTITIONED_PLAN TP1_PLAN MODEL_DIR PROMPT_IDS DECODE_IDS TOL   (ctest -L gpu2)
+//     a partitioned plan on one GPU per rank through NCCL against the TP1 plan on one GPU, both on the cuda backend:
+//     the same phases and row checks as `compare` (the TP1 plan's rows in the place of the cpu's), then greedy
+//     generation of as many tokens as DECODE_IDS has from the prompt on both: the tokens must be equal. Exit 77
+//     (skipped) when the machine has fewer GPUs than the plan has ranks.
 //   gpu_compare arch-error PLAN MODEL_DIR
 //     the plan has no cubin for this GPU: opening it must fail with the one sentence naming both archs.
 #include <algorithm>
@@ -24,6 +29,7 @@
 
 #include "runtime/cpu/backend.h"
 #include "runtime/cuda/backend.h"
+#include "runtime/cuda/driver.h"
 #include "runtime/cuda/session_cuda.h"
 #include "runtime/session.h"
 #include "runtime/weights.h"
@@ -257,6 +263,64 @@ int bisect(const std::string& plan_path, const std::string& model, const std::st
   return total ? 1 : 0;
 }
 
+int ranks(const std::string& part_path, const std::string& ref_path, const std::string& model,
+          const std::string& prompt_s, const std::string& decode_s, double tol) {
+  namespace cu = smelt::runtime::cuda;
+  std::vector<int32_t> prompt = parse_ids(prompt_s), decode = parse_ids(decode_s);
+  Plan part_plan = Plan::load(part_path);
+  const size_t n_ranks = part_plan.rank_plans().size();
+  int gpus = 0;
+  cu::check(cu::driver().cuDeviceGetCount(&gpus), "counting GPUs");
+  if (size_t(gpus) < n_ranks) {
+    std::printf("SKIP: %s has %zu ranks, this machine %d GPU(s)\n", part_path.c_str(), n_ranks, gpus);
+    return 77;
+  }
+  cu::BackendOptions o;
+  o.model_dir = model;
+  cu::CudaSession ref(Plan::load(ref_path), o);
+  cu::CudaSession part(std::move(part_plan), o);
+  const int64_t vocab = ref.vocab();
+  if (part.vocab() != vocab) {
+    std::printf("FAILED: vocab %lld (partitioned) vs %lld (TP1)\n", (long long)part.vocab(), (long long)vocab);
+    return 1;
+  }
+  std::printf("%s (tp %d, pp %d, %zu GPUs) vs %s on %s\n", part_path.c_str(), part.plan().tp(), part.plan().pp(),
+              n_ranks, ref_path.c_str(), ref.backend().device().name.c_str());
+  Stats st;
+  std::vector<float> r = ref.prefill(prompt, 16), p = part.prefill(prompt, 16);
+  compare_rows(p, r, vocab, tol, "prefill(chunk 16)", 0, st);
+  for (size_t k = 0; k < decode.size(); ++k)
+    compare_rows(part.decode(decode[k]), ref.decode(decode[k]), vocab, tol, "decode", int(prompt.size() + k), st);
+  part.reset(), ref.reset();
+  compare_rows(part.prefill(prompt), ref.prefill(prompt), vocab, tol, "prefill(after reset)", 0, st);
+  // Greedy generation from the prompt, on a fresh sequence.
+  std::vector<int32_t> tok_ref, tok_part;
+  part.reset(), ref.reset();
+  std::vector<float> lr = ref.prefill(prompt), lp = part.prefill(prompt);
+  std::span<const float> last_r(lr.data() + (prompt.size() - 1) * vocab, size_t(vocab));
+  std::span<const float> last_p(lp.data() + (prompt.size() - 1) * vocab, size_t(vocab));
+  int32_t a = smelt::runtime::sample_greedy(last_r), b = smelt::runtime::sample_greedy(last_p);
+  for (size_t k = 0; k < decode.size() && ref.position() < ref.plan().max_seq_len(); ++k) {
+    tok_ref.push_back(a), tok_part.push_back(b);
+    std::vector<float> nr = ref.decode(a), np = part.decode(b);
+    a = smelt::runtime::sample_greedy(nr), b = smelt::runtime::sample_greedy(np);
+  }
+  const bool same = tok_ref == tok_part;
+  if (!same) {
+    ++st.failures;
+    std::printf("FAIL greedy tokens differ:\n  TP1:         ");
+    for (int32_t t : tok_ref) std::printf("%d ", t);
+    std::printf("\n  partitioned: ");
+    for (int32_t t : tok_part) std::printf("%d ", t);
+    std::printf("\n");
+  }
+  std::printf("%d rows, worst max|partitioned - TP1| / scale = %.3g at row %d (tolerance %.3g), %d greedy tokens "
+              "checked, %zu generated tokens %s, %s\n",
+              st.rows, st.worst, st.worst_row, tol, st.argmax_checked, tok_ref.size(), same ? "equal" : "DIFFER",
+              st.failures ? "FAILED" : "ok");
+  return st.failures ? 1 : 0;
+}
+
 int arch_error(const std::string& plan_path, const std::string& model) {
   smelt::runtime::cuda::BackendOptions o;
   o.model_dir = model;
@@ -284,8 +348,11 @@ int main(int argc, char** argv) {
       return bisect(argv[2], argv[3], argv[4], argv[5], std::atof(argv[6]), argc > 7 ? std::atoi(argv[7]) : 16,
                     argc > 8 ? std::atoi(argv[8]) : 12);
     if (mode == "arch-error" && argc == 4) return arch_error(argv[2], argv[3]);
+    if (mode == "ranks" && argc == 8)
+      return ranks(argv[2], argv[3], argv[4], argv[5], argv[6], std::atof(argv[7]));
     std::fprintf(stderr, "usage: gpu_compare compare PLAN MODEL_DIR PROMPT_IDS DECODE_IDS TOL | bisect PLAN MODEL_DIR PROMPT_IDS "
-                 "DECODE_IDS TOL [CHUNK] [REPORT] | arch-error PLAN MODEL_DIR\n");
+                 "DECODE_IDS TOL [CHUNK] [REPORT] | arch-error PLAN MODEL_DIR | ranks PLAN TP1_PLAN MODEL_DIR PROMPT_IDS "
+                 "DECODE_IDS TOL\n");
     return 2;
   } catch (const std::exception& e) {
     std::printf("FAILED: error: %s\n", e.what());

@@ -24,6 +24,7 @@
 #include "kernels/linear/reference.h"
 #include "kernels/moe/reference.h"
 #include "kernels/quant/reference.h"
+#include "kernels/rms_norm/reference.h"
 #include "kernels/rope/reference.h"
 #include "tests/kernels_cuda/harness.h"
 
@@ -472,6 +473,43 @@ TEST(CudaKernelsV41, EngramGatherProjectGate) {
     if (rb) mostly_equal(y, ref, 0.95, 0.02, "engram model numerics");
     else expect_close(y, ref, 1e-4, "engram fp32");
   }
+}
+
+// The decode launch shapes of hc_mix (V4.1: project first, 1024 threads a block, 20 Sinkhorn iterations with the
+// matrix in registers) and rms_norm (1024 threads over a row of 5120), against the float references; the row
+// count must not change a row's result (row 0 alone equals row 0 of three).
+TEST(CudaKernelsV41, HcMixAndRmsNormAtDecodeShapes) {
+  NEED_GPU();
+  const int rows = 3, n = 4, D = 1280, len = n * D, outs = (2 + n) * n, iters = 20;
+  auto X = randn(size_t(rows) * len, 91), fn = randn(size_t(outs) * len, 92, 0.02f);
+  auto base = randn(outs, 93, 0.5f), scale = randn(3, 94, 0.5f);
+  std::vector<float> pre(rows * n), post(rows * n), comb(rows * n * n);
+  k::hc_mix_v41(X.data(), rows, n, D, fn.data(), base.data(), scale.data(), iters, 1e-6f, 1e-6f, pre.data(),
+                post.data(), comb.data());
+  DevPtr dX = gpu().put(X), dfn = gpu().put(fn), db = gpu().put(base), ds = gpu().put(scale);
+  DevPtr m = gpu().alloc(rows * outs * 4), m1 = gpu().alloc(outs * 4), dpre = gpu().alloc(pre.size() * 4),
+         dpost = gpu().alloc(post.size() * 4), dcomb = gpu().alloc(comb.size() * 4);
+  gpu().launch("hc", "smelt_hc_mix_logits", outs, rows, 1, 1024, 0, dX, len, dfn, 0, 1e-6f, 1, m);
+  gpu().launch("hc", "smelt_hc_mix_logits", outs, 1, 1, 1024, 0, dX, len, dfn, 0, 1e-6f, 1, m1);
+  gpu().launch("hc", "smelt_hc_sinkhorn", 1, 1, 1, 32, 0, m, rows, n, db, 0, ds, 0, iters, 1e-6f, dpre, dpost, dcomb);
+  auto gm = gpu().get<float>(m, size_t(rows) * outs), gm1 = gpu().get<float>(m1, outs);
+  for (int o = 0; o < outs; ++o) ASSERT_EQ(gm[o], gm1[o]) << "logit " << o << " depends on the row count";
+  auto gp = gpu().get<float>(dpre, pre.size()), gq = gpu().get<float>(dpost, post.size()),
+       gc = gpu().get<float>(dcomb, comb.size());
+  for (size_t i = 0; i < pre.size(); ++i) ASSERT_NEAR(gp[i], pre[i], 1e-5) << i;
+  for (size_t i = 0; i < post.size(); ++i) ASSERT_NEAR(gq[i], post[i], 1e-5) << i;
+  for (size_t i = 0; i < comb.size(); ++i) ASSERT_NEAR(gc[i], comb[i], 1e-5) << i;
+
+  const int cols = 5120;
+  auto x = randn(size_t(rows) * cols, 95), w = randn(cols, 96);
+  std::vector<float> ref(x.size());
+  k::rms_norm(x.data(), w.data(), ref.data(), rows, cols, 1, 1e-6f);
+  DevPtr dx = gpu().put(x), dw = gpu().put(w), dy = gpu().alloc(x.size() * 4), dy1 = gpu().alloc(cols * 4);
+  gpu().launch("rms_norm", "smelt_rms_norm", rows, 1, 1, 1024, 0, dx, dy, dw, 0, cols, 1e-6f);
+  gpu().launch("rms_norm", "smelt_rms_norm", 1, 1, 1, 1024, 0, dx, dy1, dw, 0, cols, 1e-6f);
+  auto y = gpu().get<float>(dy, x.size()), y1 = gpu().get<float>(dy1, cols);
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(y[i], ref[i], 1e-6 * std::fabs(ref[i]) + 1e-30) << i;
+  for (int i = 0; i < cols; ++i) ASSERT_EQ(y[i], y1[i]) << i;
 }
 
 }  // namespace

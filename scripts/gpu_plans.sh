@@ -99,11 +99,13 @@ for d in "$SHARED"/goldens/v41/*/; do
   else
     echo "warning: v41_${base}_fp32 not compiled (skipped)"
   fi
-  # V4.1 pipelined (fp32 numerics): no EP experts in a PP plan (V4.1 TP plans' expert-parallel moe_experts has
-  # no cuda launcher yet).
-  if [ -f "$OUT/work/plans/v41_${base}_fp32.smelt" ] && compile "v41_${base}_fp32_pp2" "$d" h200 --numerics fp32 --pp 2; then
-    echo "v41_${base}_fp32_pp2|plans/v41_${base}_fp32_pp2.smelt|models/$base|$prompt|$decode|1e-3|plans/v41_${base}_fp32.smelt" >> "$M"
-  fi
+  # V4.1 pipelined and tensor parallel (fp32 numerics; TP splits the quantized experts by whole experts).
+  for split in pp2 tp2; do
+    flag="--${split%2} 2"
+    if [ -f "$OUT/work/plans/v41_${base}_fp32.smelt" ] && compile "v41_${base}_fp32_${split}" "$d" h200 --numerics fp32 $flag; then
+      echo "v41_${base}_fp32_${split}|plans/v41_${base}_fp32_${split}.smelt|models/$base|$prompt|$decode|1e-3|plans/v41_${base}_fp32.smelt" >> "$M"
+    fi
+  done
   compile "v41_${base}" "$d" h200
   echo "v41_${base}|plans/v41_${base}.smelt|models/$base|$prompt|$decode|5e-2" >> "$M"
 done

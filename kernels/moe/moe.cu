@@ -142,6 +142,15 @@ SMELT_MOE_AQ(fp4, true)
 
 // y[r, d] = sum over the row's slots in ascending expert order of out[rt, d] (* rw[rt] when weighted, V4).
 // Slots with an invalid expert are skipped. grid (ceil(D/256), rows), block 256. topk <= 32.
+// Expert-parallel ranks (n_routed / expert_begin): the route names the model's experts; this rank holds experts
+// begin .. begin+count-1. local[i] = idx[i] - begin for those, -1 (nothing) for the others.
+extern "C" __global__ void smelt_moe_local_idx(const i32* idx, i32* local, int n, int begin, int count) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const int e = idx[i] - begin;
+  local[i] = e >= 0 && e < count ? e : -1;
+}
+
 extern "C" __global__ void smelt_moe_combine(const float* out, const float* rw, const i32* idx, int topk,
                                              int n_experts, int D, int weighted, float* y) {
   const i64 r = blockIdx.y;

@@ -212,9 +212,6 @@ void run_experts(Ctx& c, bool routed) {
   const int n_experts = routed ? int(op.i("n_experts")) : 1;
   const int topk = routed ? int(op.i("topk")) : 1;
   const float limit = float(op.f("swiglu_limit"));
-  if (routed && op.i("n_routed") > 0)
-    c.fail("expert-parallel experts (a partitioned plan's n_routed / expert_begin) are not supported by the cuda "
-           "backend yet; run partitioned plans on the cpu backend");
   const DeviceWeight* w1 = weight(l, 0);
   const DeviceWeight* s1 = scaled ? weight(l, 1) : nullptr;
   if (!w1 || w1->shape.empty()) c.fail("expert weight w1 is missing");
@@ -223,8 +220,14 @@ void run_experts(Ctx& c, bool routed) {
   if (scaled && !f.quant) c.fail("scaled expert weights must be FP8 or FP4");
   if (topk > 32) c.fail("topk " + std::to_string(topk) + " exceeds the cuda combine's 32");
   const ExpertW ew = expert_weights(c, n_experts, scaled);
-  const DevPtr idx = routed ? l.in[2] : 0, rw = routed ? l.in[1] : 0;
+  DevPtr idx = routed ? l.in[2] : 0;
+  const DevPtr rw = routed ? l.in[1] : 0;
   const int RT = rows * topk;
+  if (routed && op.i("n_routed") > 0) {  // expert parallel: this rank's experts only, by local id
+    const DevPtr local = c.scratch(uint64_t(RT) * 4);
+    c.go("smelt_moe_local_idx", cdiv(RT, 256), 1, 1, 256, 0, idx, local, RT, int(op.i("expert_begin")), n_experts);
+    idx = local;
+  }
   const DevPtr h = c.scratch(uint64_t(RT) * F * 4);
   const DevPtr out = routed ? c.scratch(uint64_t(RT) * D * 4) : l.out[0];
   // V4.1 with the model's numerics: act quant, exact GEMMs, bf16 roundings. Under numerics = "fp32" the

@@ -118,4 +118,9 @@ DevPtr step_info(Gpu& g, int64_t p0, int rows) {
   return p;
 }
 
+Gpu& gpu() {
+  static Gpu g;
+  return g;
+}
+
 }  // namespace smelt::test_cuda

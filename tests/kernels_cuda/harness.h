@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -58,4 +59,19 @@ class Gpu {
 // StepInfo in device memory (runtime/cuda/launch.h).
 DevPtr step_info(Gpu& g, int64_t p0, int rows);
 
+// The one device of the test binary: every test file shares it (one context, one module load per family).
+Gpu& gpu();
+
+// Normal(0, scale) floats from a fixed seed.
+inline std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.f) {
+  std::mt19937 r(seed);
+  std::normal_distribution<float> d(0.f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(r);
+  return v;
+}
+
 }  // namespace smelt::test_cuda
+
+#define NEED_GPU() \
+  if (!::smelt::test_cuda::gpu().available()) GTEST_SKIP() << "no CUDA device"

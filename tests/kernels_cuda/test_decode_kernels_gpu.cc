@@ -17,23 +17,10 @@ namespace {
 
 using smelt::test_cuda::DevPtr;
 using smelt::test_cuda::Gpu;
+using smelt::test_cuda::gpu;
+using smelt::test_cuda::randn;
 namespace q = smelt::kernels::quant;
 
-Gpu& gpu() {
-  static Gpu g;
-  return g;
-}
-
-#define NEED_GPU() \
-  if (!gpu().available()) GTEST_SKIP() << "no CUDA device"
-
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.f) {
-  std::mt19937 r(seed);
-  std::normal_distribution<float> d(0.f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(r);
-  return v;
-}
 std::vector<uint8_t> codes(size_t n, uint32_t seed) {  // E4M3 codes without NaN (FP4: any byte)
   std::mt19937 r(seed);
   std::vector<uint8_t> c(n);

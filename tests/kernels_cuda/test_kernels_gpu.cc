@@ -25,24 +25,11 @@ namespace {
 
 using smelt::test_cuda::DevPtr;
 using smelt::test_cuda::Gpu;
+using smelt::test_cuda::gpu;
+using smelt::test_cuda::randn;
 namespace k = smelt::kernels;
 namespace q = smelt::kernels::quant;
 
-Gpu& gpu() {
-  static Gpu g;
-  return g;
-}
-
-#define NEED_GPU() \
-  if (!gpu().available()) GTEST_SKIP() << "no CUDA device"
-
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.f) {
-  std::mt19937 r(seed);
-  std::normal_distribution<float> d(0.f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(r);
-  return v;
-}
 
 std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
   std::vector<uint16_t> b(v.size());

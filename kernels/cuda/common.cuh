@@ -100,6 +100,36 @@ __device__ __forceinline__ u8 e4m3_encode(float x) {
 
 __device__ __forceinline__ float e4m3_round(float x) { return e4m3_decode(e4m3_encode(x)); }
 
+// Whether any byte of v is an E4M3 NaN code (0x7F / 0xFF).
+__device__ __forceinline__ bool e4m3x4_has_nan(u32 v) { return __vcmpeq4(v | 0x80808080u, 0xFFFFFFFFu) != 0; }
+
+// The four E4M3 codes in the bytes of v as floats, exactly e4m3_decode's values (NaN codes included), without its
+// branches: a code's exponent and mantissa bits placed at bits 20..26 of an fp32 give 2^-120 times its value (a
+// subnormal when e = 0, which --ftz=false keeps), and the multiply by 2^120 is exact. ~3 integer ops and one
+// multiply per code; decoding, not memory, bounded the FP8 GEMVs with e4m3_decode.
+__device__ __forceinline__ void e4m3x4_decode(u32 v, float* out) {
+  if (e4m3x4_has_nan(v)) {  // rare: the exact slow path
+#pragma unroll
+    for (int j = 0; j < 4; ++j) out[j] = e4m3_decode(u8(v >> (8 * j)));
+    return;
+  }
+  out[0] = __uint_as_float(((v << 20) & 0x07F00000u) | ((v << 24) & 0x80000000u)) * 0x1p120f;
+  out[1] = __uint_as_float(((v << 12) & 0x07F00000u) | ((v << 16) & 0x80000000u)) * 0x1p120f;
+  out[2] = __uint_as_float(((v << 4) & 0x07F00000u) | ((v << 8) & 0x80000000u)) * 0x1p120f;
+  out[3] = __uint_as_float(((v >> 4) & 0x07F00000u) | (v & 0x80000000u)) * 0x1p120f;
+}
+
+// E4M3 code byte J of v as a double equal to e4m3_units(code) * 2^-1025 (a subnormal when e = 0): the code's
+// exponent and mantissa bits placed at bits 49..55, its sign at bit 63. Sums of products of these with integer
+// doubles are exact (multiples of 2^-1025 below 2^41 units need < 53 bits), so a DFMA chain reproduces the exact
+// integer block sum in ~3 integer ops and one DFMA per code. NaN codes are the caller's business.
+template <int J>
+__device__ __forceinline__ double e4m3_units_d(u32 v) {
+  const u32 em = (J == 3 ? (v >> 7) : (v << (17 - 8 * J))) & 0x00FE0000u;
+  const u32 sign = (J == 3 ? v : (v << (24 - 8 * J))) & 0x80000000u;
+  return __hiloint2double(int(em | sign), 0);
+}
+
 // ---- E8M0 --------------------------------------------------------------------------------------------------
 
 __device__ __forceinline__ float e8m0_decode(u8 e) {

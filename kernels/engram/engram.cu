@@ -61,17 +61,20 @@ extern "C" __global__ void smelt_engram_history(const i32* ids, int T, const Ste
 }
 
 // e[r, c*hd + i] = bf16(e4m3(table[row, i]) * e8m0(scale[row, i/32])) for the row's `cols` hashed rows
-// (hashes[r * stride + c]; a row outside the table gives zeros). grid (cols, T), block 128.
+// (hashes[r * stride + c]). `table` holds rows [row_begin, row_begin + table_rows) of the whole table (a TP
+// rank's range, smelt.engram_lookup; 0 and all rows for smelt.engram); a row outside them gives -0.0 (the
+// additive identity: the all_reduce of the ranks' rows is then exact, a -0 table value included).
+// grid (cols, T), block 128.
 extern "C" __global__ void smelt_engram_gather(const i32* hashes, int stride, const u8* table, const u8* scale,
-                                               i64 table_rows, int hd, float* e) {
+                                               i64 table_rows, i64 row_begin, int hd, float* e) {
   const int c = blockIdx.x, cols = gridDim.x;
   const i64 r = blockIdx.y;
-  const i64 row = hashes[r * stride + c];
+  const i64 row = i64(hashes[r * stride + c]) - row_begin;
   float* dst = e + (r * cols + c) * hd;
   for (int i = threadIdx.x; i < hd; i += blockDim.x)
     dst[i] = (row >= 0 && row < table_rows)
                  ? round_bf16(e4m3_decode(table[row * hd + i]) * e8m0_decode(scale[row * (hd / 32) + i / 32]))
-                 : 0.f;
+                 : -0.f;
 }
 
 // Gate per (row, copy c): X/out [T, n*D], kv [T, (n+1)*D] (keys then value, bf16 values), q_weight / k_weight

@@ -22,29 +22,45 @@ float mean_square(const float* v, int n) {
 
 }  // namespace
 
-void engram_forward(const EngramArgs& a, const float* X, float* out) {
-  const int n = a.hc_mult, D = a.dim, hd = a.head_dim, cols = a.cols;
-  if (hd % 32 || (cols * hd) % 32)
-    throw smelt::Error("engram_forward: head_dim " + std::to_string(hd) + " is not a multiple of 32");
+void engram_lookup(const EngramArgs& a, float* e) {
+  const int hd = a.head_dim, cols = a.cols;
+  if (hd % 32) throw smelt::Error("engram_lookup: head_dim " + std::to_string(hd) + " is not a multiple of 32");
   const int stride = a.hash_stride ? a.hash_stride : cols;
-  const int K = cols * hd, N = (n + 1) * D;
-  std::vector<float> e(size_t(a.rows) * K), kv(size_t(a.rows) * N);
-
+  const int64_t K = int64_t(cols) * hd, total = a.rows_total ? a.rows_total : a.table_rows;
   // Table rows: E4M3 value x E8M0 scale per 32, exact in float32 and in bf16.
   for (int r = 0; r < a.rows; ++r) {
     for (int c = 0; c < cols; ++c) {
       const int64_t row = a.hashes[int64_t(r) * stride + c];
-      if (row < 0 || row >= a.table_rows)
+      if (row < 0 || row >= total)
         throw smelt::Error("engram_forward: hash id " + std::to_string(row) + " outside the table (" +
-                           std::to_string(a.table_rows) + " rows)");
-      float* dst = e.data() + int64_t(r) * K + int64_t(c) * hd;
-      const uint8_t* src = a.table + row * hd;
-      const uint8_t* sc = a.table_scale + row * (hd / 32);
+                           std::to_string(total) + " rows)");
+      float* dst = e + int64_t(r) * K + int64_t(c) * hd;
+      const int64_t local = row - a.row_begin;
+      if (local < 0 || local >= a.table_rows) {  // another TP rank's row: it contributes the value; -0 is the
+        std::fill(dst, dst + hd, -0.0f);          // additive identity (x + -0 = x, a -0 value included)
+        continue;
+      }
+      const uint8_t* src = a.table + local * hd;
+      const uint8_t* sc = a.table_scale + local * (hd / 32);
       for (int i = 0; i < hd; ++i) dst[i] = round_bf16_if(a.model_numerics, quant::e4m3_decode(src[i]) * quant::e8m0_decode(sc[i / 32]));
     }
   }
+}
+
+void engram_forward(const EngramArgs& a, const float* X, float* out) {
+  std::vector<float> e(size_t(a.rows) * size_t(a.cols) * size_t(a.head_dim));
+  engram_lookup(a, e.data());
+  engram_gate(a, e.data(), X, out);
+}
+
+void engram_gate(const EngramArgs& a, const float* e, const float* X, float* out) {
+  const int n = a.hc_mult, D = a.dim, hd = a.head_dim, cols = a.cols;
+  if (hd % 32 || (cols * hd) % 32)
+    throw smelt::Error("engram_forward: head_dim " + std::to_string(hd) + " is not a multiple of 32");
+  const int K = cols * hd, N = (n + 1) * D;
+  std::vector<float> kv(size_t(a.rows) * N);
   if (a.model_numerics)
-    quant::fp8_linear(e.data(), a.rows, K, a.wkv, a.wkv_scale, N, 32, kv.data(), /*bf16_out=*/true, 32);
+    quant::fp8_linear(e, a.rows, K, a.wkv, a.wkv_scale, N, 32, kv.data(), /*bf16_out=*/true, 32);
   else
   {  // fp32: the dequantized weight times the fp32 rows, summed in K order
     std::vector<float> w(size_t(N) * K);

@@ -23,6 +23,10 @@ struct EngramArgs {
   const int32_t* hashes = nullptr;       // row r's `cols` table rows at hashes[r * hash_stride ...]
   int hash_stride = 0;                   // 0 means cols
   bool model_numerics = true;            // false: no bf16 roundings, no activation quantization (fp32)
+  // A TP rank's row range of the table (smelt.engram_lookup): `table` holds rows [row_begin, row_begin +
+  // table_rows) of a table of rows_total rows (0 = table_rows: the whole table).
+  int64_t row_begin = 0;
+  int64_t rows_total = 0;
 };
 
 // X, out [T, n*D] (bf16 values; out may alias X). Per position:
@@ -33,5 +37,11 @@ struct EngramArgs {
 //   gate = sigmoid(copysign(sqrt(max(|dot|, 1e-6)), dot)); out[c] = bf16(h + gate * value).
 // A hash id outside [0, table_rows) throws smelt::Error.
 void engram_forward(const EngramArgs& a, const float* X, float* out);
+
+// The two halves of engram_forward, for the TP split (docs/partition.md): the lookup writes e [T, cols*hd]
+// (-0.0, the exact additive identity, for a hashed row outside [row_begin, row_begin + table_rows); a hash id outside [0, rows_total)
+// throws), the gate takes the joined e and does the rest (wkv .. out). engram_forward = lookup then gate.
+void engram_lookup(const EngramArgs& a, float* e);
+void engram_gate(const EngramArgs& a, const float* e, const float* X, float* out);
 
 }  // namespace smelt::kernels::engram

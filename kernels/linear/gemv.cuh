@@ -42,9 +42,10 @@ __device__ __forceinline__ void load_w8(const void* w, const u8* ws, i64 n, int 
     const uint2 q = __ldg(reinterpret_cast<const uint2*>(static_cast<const u8*>(w) + n * K + k0));
     const int sc = (K + blk - 1) / blk;
     const float s = e8m0_decode(ws[(n / blk) * sc + k0 / blk]);
-    const u32 u[2] = {q.x, q.y};
+    e4m3x4_decode(q.x, v);
+    e4m3x4_decode(q.y, v + 4);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = e4m3_decode(u8(u[j >> 2] >> (8 * (j & 3)))) * s;
+    for (int j = 0; j < 8; ++j) v[j] *= s;
   } else {  // kWFP4
     const u32 q = __ldg(reinterpret_cast<const u32*>(static_cast<const u8*>(w) + n * (K / 2) + k0 / 2));
     const float s = e8m0_decode(ws[n * ((K + 31) / 32) + k0 / 32]);

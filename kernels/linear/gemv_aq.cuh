@@ -25,7 +25,28 @@ constexpr int kGemvThreads = 512;
 // the float row, so no separate act-quant launch precedes them. Call with all threads; synchronises.
 // Every block stages the whole row, so this is on each launch's critical path: a warp loads the values of its
 // next 8 blocks before quantizing any (8 loads in flight instead of one load, shuffle and store at a time).
-__device__ __forceinline__ void gemv_stage_quant(const float* x, int K, i32* xq, float* xsc) {
+// The staged activation element type: FP4 weights take i32 units (their block sums fit int32 and IMAD is cheap);
+// FP8 weights take the units as doubles, for the exact DFMA block sums of block_dot_staged.
+template <bool FP4>
+struct XStage {
+  using type = i32;
+};
+template <>
+struct XStage<false> {
+  using type = double;
+};
+
+// Position of element `lane` of 32-block b in the staged layout: 16-byte chunks (4 i32 or 2 doubles) rotated by b,
+// so 8 neighbouring threads reading the same chunk of 8 consecutive blocks hit distinct banks.
+__device__ __forceinline__ int staged_pos(const i32*, int b, int lane) {
+  return b * 32 + ((((lane >> 2) + b) & 7) << 2) + (lane & 3);
+}
+__device__ __forceinline__ int staged_pos(const double*, int b, int lane) {
+  return b * 32 + ((((lane >> 1) + b) & 15) << 1) + (lane & 1);
+}
+
+template <typename XT>
+__device__ __forceinline__ void gemv_stage_quant(const float* x, int K, XT* xq, float* xsc) {
   constexpr int kAhead = 8;
   const int lane = threadIdx.x & 31, nb = K / 32, nw = blockDim.x >> 5;
   for (int b0 = threadIdx.x >> 5; b0 < nb; b0 += kAhead * nw) {
@@ -42,8 +63,7 @@ __device__ __forceinline__ void gemv_stage_quant(const float* x, int K, i32* xq,
         float amax = fabsf(v[j]);
         for (int o = 16; o >= 1; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
         const float s = pow2_scale(amax > 1e-4f ? amax : 1e-4f, 1.f / 448.f);
-        xq[b * 32 + ((((lane >> 2) + b) & 7) << 2) + (lane & 3)] =
-            e4m3_units(e4m3_encode(clampf(__fdiv_rn(v[j], s), -448.f, 448.f)));
+        xq[staged_pos(xq, b, lane)] = XT(e4m3_units(e4m3_encode(clampf(__fdiv_rn(v[j], s), -448.f, 448.f))));
         if (lane == 0) xsc[b] = s;
       }
     }
@@ -88,6 +108,40 @@ __device__ __forceinline__ WBlock<FP4> load_wblock(const u8* wb) {
 }
 
 // Exact block sum of staged block b times the weight block, as a float in real units (block_dot_exact's value).
+// FP8: the same exact sum from the staged doubles (XStage<false>) by DFMA on e4m3_units_d (~4 instructions per
+// weight instead of ~12 for e4m3_units + a 64-bit multiply-add, which bounded the FP8 GEMVs); a block holding a NaN
+// weight code takes the integer path (e4m3_units maps it to 0).
+__device__ __forceinline__ float block_dot_staged(const double* xq, int b, const WBlock<false>& wq) {
+  const double2* xb = reinterpret_cast<const double2*>(xq) + b * 16;
+  const u32 u[8] = {wq.q[0].x, wq.q[0].y, wq.q[0].z, wq.q[0].w, wq.q[1].x, wq.q[1].y, wq.q[1].z, wq.q[1].w};
+  bool nan = false;
+#pragma unroll
+  for (int c = 0; c < 8; ++c) nan |= e4m3x4_has_nan(u[c]);
+  if (nan) {
+    i64 s = 0;
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      const double2 xa = xb[(2 * c + b) & 15], xc = xb[(2 * c + 1 + b) & 15];
+      const u32 v = u[c];
+      s += i64(i32(xa.x)) * e4m3_units(u8(v)) + i64(i32(xa.y)) * e4m3_units(u8(v >> 8)) +
+           i64(i32(xc.x)) * e4m3_units(u8(v >> 16)) + i64(i32(xc.y)) * e4m3_units(u8(v >> 24));
+    }
+    return __ll2float_rn(s) * 3.814697265625e-06f;  // 2^-18
+  }
+  double s0 = 0.0, s1 = 0.0;  // two chains for latency; every partial sum is exact, so the order is free
+#pragma unroll
+  for (int c = 0; c < 8; ++c) {
+    const double2 xa = xb[(2 * c + b) & 15], xc = xb[(2 * c + 1 + b) & 15];
+    const u32 v = u[c];
+    s0 = fma(xa.x, e4m3_units_d<0>(v), s0);
+    s1 = fma(xa.y, e4m3_units_d<1>(v), s1);
+    s0 = fma(xc.x, e4m3_units_d<2>(v), s0);
+    s1 = fma(xc.y, e4m3_units_d<3>(v), s1);
+  }
+  // (s0 + s1) * 2^1025 is the integer sum; * 2^-18 puts it in real units: one exact scaling by 2^1007, one rounding.
+  return __double2float_rn((s0 + s1) * 0x1p1007);
+}
+
 template <bool FP4>
 __device__ __forceinline__ float block_dot_staged(const i32* xq, int b, const WBlock<FP4>& wq) {
   const int4* xb = reinterpret_cast<const int4*>(xq) + b * 8;
@@ -142,10 +196,11 @@ __device__ __forceinline__ float fold_terms(const float* t, int nb) {
   return acc;
 }
 
-// Shared-memory bytes of a gemv block: the staged row(s) + scales + 2 term buffers of cpb columns x `terms`
-// terms per column (each padded by one float against bank conflicts in the fold).
-__host__ __device__ constexpr int gemv_smem_bytes(int K, int rows_staged, int cpb, int terms_per_item) {
-  return rows_staged * (K * 4 + (K / 32) * 4) + 2 * cpb * terms_per_item * (K / 32 + 1) * 4;
+// Shared-memory bytes of a gemv block: the staged row(s) (x_bytes per element: 4 for FP4 weights, 8 for FP8) +
+// scales + 2 term buffers of cpb columns x `terms` terms per column (each padded by one float against bank
+// conflicts in the fold).
+__host__ __device__ constexpr int gemv_smem_bytes(int K, int rows_staged, int cpb, int terms_per_item, int x_bytes) {
+  return rows_staged * (K * x_bytes + (K / 32) * 4) + 2 * cpb * terms_per_item * (K / 32 + 1) * 4;
 }
 
 }  // namespace smelt_dev

@@ -3,7 +3,7 @@
 // for memory bandwidth (gemv_aq.cuh).
 //
 // Launch (runtime/cuda/ops.cc): block kGemvThreads, grid (min(ceil(N / cpb), 2 x SMs), rows), dynamic shared
-// memory gemv_smem_bytes(K, 1, cpb, 1). Each block stages its row once and walks column groups of cpb.
+// memory gemv_smem_bytes(K, 1, cpb, 1, FP4 ? 4 : 8). Each block stages its row once and walks column groups of cpb.
 #include "kernels/linear/gemv_aq.cuh"
 
 using namespace smelt_dev;
@@ -16,8 +16,9 @@ __device__ void gemv_aq_body(const float* x, float* y, const u8* w, const u8* ws
   extern __shared__ __align__(16) unsigned char gemv_sm[];
   const int nb = K / 32, ld = nb + 1;
   const i64 r = blockIdx.y;
-  i32* xq = reinterpret_cast<i32*>(gemv_sm);
-  float* xsc = reinterpret_cast<float*>(gemv_sm + size_t(K) * 4);
+  using XS = typename XStage<FP4>::type;
+  XS* xq = reinterpret_cast<XS*>(gemv_sm);
+  float* xsc = reinterpret_cast<float*>(gemv_sm + size_t(K) * sizeof(XS));
   float* terms = xsc + nb;  // [2][cpb][ld]
   gemv_stage_quant(x + r * K, K, xq, xsc);  // act quant of the row, as smelt_act_quant_b32
   const int items = cpb * nb;
@@ -39,8 +40,8 @@ __device__ void gemv_aq_body(const float* x, float* y, const u8* w, const u8* ws
         q1 = load_wblock<FP4>(wblock_ptr<FP4>(w, n0 + c1, b1, K));
         s1 = wblock_scale<FP4>(ws, n0 + c1, b1, K, blk);
       }
-      if (v0) tb[c0 * ld + b0] = __fmul_rn(__fmul_rn(block_dot_staged<FP4>(xq, b0, q0), xsc[b0]), s0);
-      if (v1) tb[c1 * ld + b1] = __fmul_rn(__fmul_rn(block_dot_staged<FP4>(xq, b1, q1), xsc[b1]), s1);
+      if (v0) tb[c0 * ld + b0] = __fmul_rn(__fmul_rn(block_dot_staged(xq, b0, q0), xsc[b0]), s0);
+      if (v1) tb[c1 * ld + b1] = __fmul_rn(__fmul_rn(block_dot_staged(xq, b1, q1), xsc[b1]), s1);
     }
     __syncthreads();  // the other buffer is folded while the next group loads (two buffers)
     if (threadIdx.x < cpb && n0 + threadIdx.x < N) {

@@ -6,7 +6,8 @@
 // This file follows moe.cu in the family's module (ExpertW, eptr, expert_of come from there).
 //
 // Launch (runtime/cuda/ops.cc): block kGemvThreads, grid min(ceil(topk * cols / cpb), 2 x SMs); dynamic shared
-// memory gemv_smem_bytes(D, 1, cpb, 2) for up, gemv_smem_bytes(F, topk, cpb, 1) for down.
+// memory gemv_smem_bytes(D, 1, cpb, 2, x) for up, gemv_smem_bytes(F, topk, cpb, 1, x) for down (x = 4 for FP4
+// weights, 8 for FP8: XStage).
 #include "kernels/linear/gemv_aq.cuh"
 
 using namespace smelt_dev;
@@ -20,8 +21,9 @@ __device__ void up_dec_body(const float* x, int D, int F, int topk, const i32* i
                             const ExpertW& w, int blk, float limit, int rb, float* h, int cpb) {
   extern __shared__ __align__(16) unsigned char gemv_sm[];
   const int nb = D / 32, ld = nb + 1;
-  i32* xq = reinterpret_cast<i32*>(gemv_sm);
-  float* xsc = reinterpret_cast<float*>(gemv_sm + size_t(D) * 4);
+  using XS = typename XStage<FP4>::type;
+  XS* xq = reinterpret_cast<XS*>(gemv_sm);
+  float* xsc = reinterpret_cast<float*>(gemv_sm + size_t(D) * sizeof(XS));
   float* terms = xsc + nb;  // [2][2 (g, u)][cpb][ld]
   gemv_stage_quant(x, D, xq, xsc);
   const i64 cols = i64(topk) * F;
@@ -41,8 +43,8 @@ __device__ void up_dec_body(const float* x, int D, int F, int topk, const i32* i
       const WBlock<FP4> g = load_wblock<FP4>(wblock_ptr<FP4>(eptr(w, e, 4), f, b, D));
       const float sa = wblock_scale<FP4>(eptr(w, e, 1), f, b, D, blk);
       const float sg = wblock_scale<FP4>(eptr(w, e, 5), f, b, D, blk);
-      tg[c * ld + b] = __fmul_rn(__fmul_rn(block_dot_staged<FP4>(xq, b, a), xsc[b]), sa);
-      tu[c * ld + b] = __fmul_rn(__fmul_rn(block_dot_staged<FP4>(xq, b, g), xsc[b]), sg);
+      tg[c * ld + b] = __fmul_rn(__fmul_rn(block_dot_staged(xq, b, a), xsc[b]), sa);
+      tu[c * ld + b] = __fmul_rn(__fmul_rn(block_dot_staged(xq, b, g), xsc[b]), sg);
     }
     __syncthreads();
     const i64 q = q0 + threadIdx.x;
@@ -74,8 +76,9 @@ __device__ void down_dec_body(const float* h, int D, int F, int topk, const i32*
                               int blk, int rb, int round, float* out, int cpb) {
   extern __shared__ __align__(16) unsigned char gemv_sm[];
   const int nb = F / 32, ld = nb + 1;
-  i32* xq = reinterpret_cast<i32*>(gemv_sm);
-  float* xsc = reinterpret_cast<float*>(gemv_sm + size_t(topk) * F * 4);
+  using XS = typename XStage<FP4>::type;
+  XS* xq = reinterpret_cast<XS*>(gemv_sm);
+  float* xsc = reinterpret_cast<float*>(gemv_sm + size_t(topk) * F * sizeof(XS));
   float* terms = xsc + topk * nb;  // [2][cpb][ld]
   gemv_stage_quant(h, topk * F, xq, xsc);  // F % 32 == 0: the 32-blocks of the slots' rows, in order
   const i64 cols = i64(topk) * D;
@@ -105,11 +108,11 @@ __device__ void down_dec_body(const float* h, int D, int F, int topk, const i32*
       // Slot t's staged row starts at block t * nb of the rotated layout (F % 32 == 0).
       if (ea >= 0) {
         const int bb = ta * nb + b0;
-        tb[c0 * ld + b0] = __fmul_rn(__fmul_rn(block_dot_staged<FP4>(xq, bb, wa), xsc[bb]), sa);
+        tb[c0 * ld + b0] = __fmul_rn(__fmul_rn(block_dot_staged(xq, bb, wa), xsc[bb]), sa);
       }
       if (eb >= 0) {
         const int bb = tb_ * nb + b1;
-        tb[c1 * ld + b1] = __fmul_rn(__fmul_rn(block_dot_staged<FP4>(xq, bb, wb), xsc[bb]), sb);
+        tb[c1 * ld + b1] = __fmul_rn(__fmul_rn(block_dot_staged(xq, bb, wb), xsc[bb]), sb);
       }
     }
     __syncthreads();

@@ -82,8 +82,9 @@ int gemv_cpb(int nb, int64_t cols, unsigned blocks) {
   return std::min(cpb, 32);
 }
 
-unsigned gemv_smem(int K, int rows_staged, int cpb, int terms_per_item) {  // gemv_aq.cuh gemv_smem_bytes
-  return unsigned(rows_staged * (K * 4 + (K / 32) * 4) + 2 * cpb * terms_per_item * (K / 32 + 1) * 4);
+unsigned gemv_smem(int K, int rows_staged, int cpb, int terms_per_item, bool fp8) {  // gemv_aq.cuh gemv_smem_bytes
+  const int x_bytes = fp8 ? 8 : 4;  // XStage: FP8 weights stage the activation units as doubles
+  return unsigned(rows_staged * (K * x_bytes + (K / 32) * 4) + 2 * cpb * terms_per_item * (K / 32 + 1) * 4);
 }
 
 void linear(Ctx& c, DevPtr x, DevPtr y, const DeviceWeight* w, const DeviceWeight* s, int rows, int K, int N, bool aq,
@@ -95,7 +96,7 @@ void linear(Ctx& c, DevPtr x, DevPtr y, const DeviceWeight* w, const DeviceWeigh
     if (rows <= 2 && decode_kernels() && K % 32 == 0) {
       // Decode: act quant + GEMV in one launch laid out for bandwidth, same bits (kernels/linear/gemv_aq.cuh).
       const int cpb = gemv_cpb(K / 32, N, gemv_blocks(c.l));
-      const unsigned smem = gemv_smem(K, 1, cpb, 1);
+      const unsigned smem = gemv_smem(K, 1, cpb, 1, f.fmt == std::string("fp8"));
       if (smem <= kGemvMaxSmem) {
         const std::string name = std::string("smelt_gemv_") + f.fmt + "_aq";
         c.go(name.c_str(), std::min<unsigned>(cdiv(N, cpb), gemv_blocks(c.l)), unsigned(rows), 1, kGemvThreads, smem, x,
@@ -238,7 +239,8 @@ void run_experts(Ctx& c, bool routed) {
     const unsigned blocks = detail::gemv_blocks(l);
     const int cpb_up = detail::gemv_cpb(D / 32, int64_t(RT) * F, blocks);
     const int cpb_down = detail::gemv_cpb(F / 32, int64_t(RT) * D, blocks);
-    const unsigned smem_up = detail::gemv_smem(D, 1, cpb_up, 2), smem_down = detail::gemv_smem(F, RT, cpb_down, 1);
+    const bool fp8 = f.fmt == std::string("fp8");
+    const unsigned smem_up = detail::gemv_smem(D, 1, cpb_up, 2, fp8), smem_down = detail::gemv_smem(F, RT, cpb_down, 1, fp8);
     if (rows == 1 && detail::decode_kernels() && smem_up <= detail::kGemvMaxSmem && smem_down <= detail::kGemvMaxSmem) {
       // Decode: every (slot, column) of the selected experts in one launch each, same bits (kernels/moe/moe_decode.cu).
       // Each kernel act-quantizes its input rows while staging them.
@@ -515,7 +517,7 @@ bool has_launcher(const std::string& name) {
       "smelt.rms_norm", "smelt.linear", "smelt.grouped_linear", "smelt.rope", "smelt.window_kv_update",
       "smelt.compressor", "smelt.indexer_topk", "smelt.sparse_attention", "smelt.moe_route", "smelt.moe_experts",
       "smelt.swiglu_mlp", "smelt.add", "smelt.fake_quant", "smelt.kv_compressor", "smelt.indexer_v41",
-      "smelt.engram_hash", "smelt.engram", "smelt.hc_mean", "smelt.capture", "smelt.concat",
+      "smelt.engram_hash", "smelt.engram", "smelt.engram_lookup", "smelt.engram_gate", "smelt.hc_mean", "smelt.capture", "smelt.concat",
       "smelt.dspark_attention", "smelt.dspark_head",
       // Collectives: the backend runs them through NCCL (runtime/cuda/nccl.cc), not a launcher here.
       "smelt.all_reduce", "smelt.all_gather", "smelt.send", "smelt.recv"};

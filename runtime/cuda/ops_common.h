@@ -94,7 +94,7 @@ inline unsigned gemv_blocks(const OpLaunch& l) { return unsigned(2 * (l.sms > 0 
 // $SMELT_CUDA_DECODE_KERNELS=0: the warp-per-column kernels at decode too (A/B timing, bisecting).
 bool decode_kernels();
 int gemv_cpb(int nb, int64_t cols, unsigned blocks);  // output columns per block group
-unsigned gemv_smem(int K, int rows_staged, int cpb, int terms_per_item);
+unsigned gemv_smem(int K, int rows_staged, int cpb, int terms_per_item, bool fp8);
 
 // y = x W^T on `rows` rows (x row stride K), through the linear family's kernels; act quant when `aq` (needs
 // a quantized weight), bf16 output when `round`.

@@ -305,6 +305,72 @@ void check_v41(const Checker& c) {
       c.weight(5, {n, d});
       break;
     }
+    case OpKind::EngramLookup: {
+      int64_t hd = c.attr("head_dim", 32), cols = c.attr("cols", 1), li = c.attr("layer_index", 0, 1 << 20);
+      int64_t begin = c.attr("row_begin", 0, int64_t(1) << 40), total = c.attr("rows_total", 1, int64_t(1) << 40);
+      if (hd % 32) c.fail("attribute head_dim = " + std::to_string(hd) + " is not a multiple of 32");
+      if (c.in(0) < (li + 1) * cols)
+        c.fail("input 0 (hashes) has row_elems " + std::to_string(c.in(0)) + ", too few for layer_index " +
+               std::to_string(li) + " of " + std::to_string(cols) + " columns");
+      c.output(0, cols * hd, "cols x head_dim");
+      auto table = c.weight2(0);
+      c.weight(0, {table[0], hd});
+      c.weight(1, {table[0], hd / 32});
+      if (begin + table[0] > total)
+        c.fail("table rows " + std::to_string(begin) + " + " + std::to_string(table[0]) + " exceed rows_total " +
+               std::to_string(total));
+      break;
+    }
+    case OpKind::IndexerScores: {
+      int64_t h = c.attr("heads", 1), d = c.attr("head_dim", 1), r = c.attr("ratio", 1, 1 << 16);
+      c.attr("heads_total", h);
+      c.one_of("variant", {"v4", "v41"});
+      if (op.s("variant").empty()) c.fail("attribute variant must be v4 or v41");
+      c.input(0, h * d, "heads x head_dim");
+      c.input(1, h, "one weight per head");
+      c.pool(0, r, d);
+      c.output(0, c.plan.state_shape(op.states[0])[0], "one score per index pool row");
+      break;
+    }
+    case OpKind::IndexerSelect: {
+      int64_t r = c.attr("ratio", 1, 1 << 16), k = c.attr("topk", 1);
+      int64_t cb = c.attr("candidate_blocks", 0), bs = c.attr("candidate_block_size", 0);
+      bool source = c.attr("is_candidate_source", 0, 1) != 0;
+      c.one_of("variant", {"v4", "v41"});
+      const bool v41 = op.s("variant") == "v41";
+      if (!v41 && op.s("variant") != "v4") c.fail("attribute variant must be v4 or v41");
+      if (c.in(0) < c.plan.max_seq_len() / r)
+        c.fail("input 0 has row_elems " + std::to_string(c.in(0)) + ", fewer than the max_seq_len / ratio = " +
+               std::to_string(c.plan.max_seq_len() / r) + " entries a query can see");
+      c.output(0, k, "topk");
+      if (!v41 && (source || cb || c.has_input(1) || c.has_output(1))) c.fail("only variant v41 has a candidate level");
+      if ((source || c.has_input(1)) && (cb < 1 || bs < 1))
+        c.fail("the candidate level needs candidate_blocks and candidate_block_size > 0");
+      if (c.has_input(1)) {
+        if (source) c.fail("a candidate source takes no cand_in");
+        c.input(1, cb, "candidate_blocks");
+      }
+      if (c.has_output(1)) {
+        if (!source) c.fail("only a candidate source (is_candidate_source 1) writes cand_out");
+        c.output(1, cb, "candidate_blocks");
+      }
+      break;
+    }
+    case OpKind::EngramGate: {
+      int64_t n = c.attr("hc_mult", 1, 64), d = c.attr("dim", 1), hd = c.attr("head_dim", 32), cols = c.attr("cols", 1);
+      c.fattr("eps", 0.0);
+      if (hd % 32) c.fail("attribute head_dim = " + std::to_string(hd) + " is not a multiple of 32");
+      c.input(0, n * d, "hc_mult x dim");
+      c.input(1, cols * hd, "cols x head_dim");
+      c.output(0, n * d, "hc_mult x dim");
+      c.weight(0, {(n + 1) * d, cols * hd});
+      if (fp8_weight_block({(n + 1) * d, cols * hd}, c.wshape(1)) != 32)
+        c.fail("weight 1 (" + c.plan.weight_name(op.weights[1]) + ") has shape " + shape_str(c.wshape(1)) +
+               ", expected the 32x32 block scales of the Engram wkv");
+      c.weight(2, {n, d});
+      c.weight(3, {n, d});
+      break;
+    }
     case OpKind::HcMean: {
       int64_t n = c.attr("hc_mult", 1, 64), d = c.hc_dim(0, n);
       c.output(0, d, "one stream");

@@ -89,6 +89,26 @@ std::vector<OpSpec> build() {
                {{"layer_index", I, true}, {"hc_mult", I, true}, {"dim", I, true}, {"head_dim", I, true},
                 {"cols", I, true}, {"eps", F, true}},
                false, true});
+  // smelt.engram split for tensor parallelism: a rank's row range of the table (zeros elsewhere), all_reduce,
+  // then the gate on the joined rows.
+  s.push_back({OpKind::EngramLookup, "smelt.engram_lookup", {{"hashes", 'i'}}, {{"e"}},
+               {{"table", '8'}, {"table_scale", 's'}}, {},
+               {{"layer_index", I, true}, {"head_dim", I, true}, {"cols", I, true}, {"row_begin", I, true},
+                {"rows_total", I, true}}});
+  s.push_back({OpKind::EngramGate, "smelt.engram_gate", {{"X"}, {"e"}}, {{"X'"}},
+               {{"wkv", '8'}, {"wkv_scale", 's'}, {"q_weight"}, {"k_weight"}}, {},
+               {{"hc_mult", I, true}, {"dim", I, true}, {"head_dim", I, true}, {"cols", I, true}, {"eps", F, true}},
+               false, true});
+  // indexer_topk / indexer_v41 split for tensor parallelism: a rank's partial scores (its heads), all_reduce, then
+  // the selection on the joined scores.
+  s.push_back({OpKind::IndexerScores, "smelt.indexer_scores", {{"q"}, {"w"}}, {{"scores"}}, {},
+               {{"index_pool", 'f', false, "index_pool"}},
+               {{"heads", I, true}, {"head_dim", I, true}, {"ratio", I, true}, {"variant", S, true},
+                {"heads_total", I, true}}});
+  s.push_back({OpKind::IndexerSelect, "smelt.indexer_select", {{"scores"}, {"cand_in", 'i', true}},
+               {{"idx", 'i'}, {"cand_out", 'i', true}}, {}, {},
+               {{"ratio", I, true}, {"topk", I, true}, {"variant", S, true}, {"candidate_blocks", I, false, 0.0},
+                {"candidate_block_size", I, false, 0.0}, {"is_candidate_source", I, false, 0.0}}});
   s.push_back({OpKind::HcMean, "smelt.hc_mean", {{"X"}}, {{"m"}}, {}, {}, {{"hc_mult", I, true}}});
   s.push_back({OpKind::Capture, "smelt.capture", {{"x"}}, {}, {}, {}, {{"name", S, true}, {"row_shape", N, false}}});
   s.push_back({OpKind::Concat, "smelt.concat", {{"x0"}, {"x1"}, {"x2", 'f', true}, {"x3", 'f', true}}, {{"y"}}, {}, {},

@@ -13,6 +13,10 @@ enum class OpKind {
   WindowKvUpdate, Compressor, IndexerTopk, SparseAttention, MoeRoute, MoeExperts, SwigluMlp, Add,
   // DeepSeek-V4.1
   FakeQuant, KvCompressor, IndexerV41, EngramHash, Engram, HcMean, Capture, Concat,
+  // the TP halves of Engram (partitioned plans)
+  EngramLookup, EngramGate,
+  // the TP halves of both indexers (partitioned plans)
+  IndexerScores, IndexerSelect,
   // DeepSeek-V4.1 DSpark drafter (the dspark_draft program)
   DsparkAttention, DsparkHead,
   // Collectives of partitioned plans (format 1.2)

@@ -168,37 +168,6 @@ void Session::reset() {
   position_ = 0;
 }
 
-int32_t sample_greedy(std::span<const float> logits) {
-  int32_t best = 0;
-  for (size_t i = 1; i < logits.size(); ++i)
-    if (logits[i] > logits[best]) best = int32_t(i);
-  return best;
-}
-
-Sampler::Sampler(double temperature, double top_p, uint64_t seed)
-    : temperature_(temperature), top_p_(top_p), rng_(seed) {}
-
-int32_t Sampler::sample(std::span<const float> logits) {
-  if (temperature_ <= 0.0 || logits.size() < 2) return sample_greedy(logits);
-  // Softmax in double, shifted by the max so that exp never overflows.
-  double mx = logits[sample_greedy(logits)];
-  std::vector<double> p(logits.size());
-  double sum = 0.0;
-  for (size_t i = 0; i < p.size(); ++i) sum += p[i] = std::exp((double(logits[i]) - mx) / temperature_);
-  std::vector<int32_t> order(p.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
-  // The nucleus: the shortest prefix whose probability mass reaches top_p.
-  size_t keep = 0;
-  double mass = 0.0;
-  while (keep < order.size() && (keep == 0 || mass < top_p_ * sum)) mass += p[order[keep++]];
-  double u = double(rng_() >> 11) * 0x1.0p-53 * mass;
-  double acc = 0.0;
-  for (size_t k = 0; k < keep; ++k) {
-    acc += p[order[k]];
-    if (u < acc) return order[k];
-  }
-  return order[keep - 1];
-}
+int32_t sample_greedy(std::span<const float> logits) { return kernels::sample_greedy(logits); }
 
 }  // namespace smelt::runtime

@@ -8,11 +8,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <random>
+#include <random>  // not used here any more; kept for includers that relied on it
 #include <span>
 #include <string>
 #include <vector>
 
+#include "kernels/sampling/reference.h"
 #include "runtime/cpu/backend.h"
 #include "runtime/plan.h"
 #include "runtime/weights.h"
@@ -80,22 +81,28 @@ class Session {
   int64_t draft_block_ = 0, draft_noise_ = 0;
 };
 
-// Greedy: the largest logit; ties go to the lower id.
+// Greedy: the largest logit; ties go to the lower id (kernels/sampling/reference.h: NaN rules).
 int32_t sample_greedy(std::span<const float> logits);
 
-// Temperature + top-p (nucleus) sampling, reproducible for a given seed on every platform:
-// p = softmax(logits / temperature) in double; tokens sorted by p descending (ties: lower id first); keep
-// the shortest prefix whose mass reaches top_p (at least one token); draw u in [0, 1) as the top 53 bits
-// of one std::mt19937_64 output times 2^-53, and pick the first kept token whose cumulative mass (of the
-// kept set, renormalised) exceeds u. temperature <= 0 means greedy.
+using SamplerParams = kernels::SamplerParams;
+
+// Temperature + top-p (nucleus) sampling, reproducible for a given seed on every platform and on the GPU
+// (kernels/sampling/reference.h, docs/sampling.md): integer weights floor(2^44 * e^((l - max) / temperature));
+// tokens sorted by logit descending (ties: lower id first); keep the shortest prefix whose mass reaches
+// ceil(top_p * total); draw number k (k = 0, 1, ... per call) takes the top 53 bits r of splitmix64 output k
+// of `seed` and picks the first kept token whose cumulative mass exceeds floor(r * kept mass / 2^53).
+// temperature <= 0 means greedy (the draw number still advances).
 class Sampler {
  public:
-  Sampler(double temperature, double top_p, uint64_t seed);
-  int32_t sample(std::span<const float> logits);
+  Sampler(double temperature, double top_p, uint64_t seed) : params_{temperature, top_p, seed} {}
+  int32_t sample(std::span<const float> logits) { return kernels::sample_top_p(logits, params_, step_++); }
+  // For a sampler elsewhere (the GPU's): the parameters, and the draw number of the next token (advances it).
+  const SamplerParams& params() const { return params_; }
+  uint64_t next_step() { return step_++; }
 
  private:
-  double temperature_, top_p_;
-  std::mt19937_64 rng_;
+  SamplerParams params_;
+  uint64_t step_ = 0;
 };
 
 }  // namespace smelt::runtime

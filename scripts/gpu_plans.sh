@@ -5,7 +5,8 @@
 #   OUT/cmake/            a config for find_package(nlohmann_json)
 #   OUT/googletest/       GoogleTest sources (built there)
 #   OUT/plan_generated.h  flatc's output for schemas/plan.fbs, and OUT/flatc, a stand-in that copies it
-#   OUT/plans.tar.xz      GPU-test plans (--target h200) + manifest.txt + the V4.1 golden checkpoints
+#   OUT/plans.tar.xz      GPU-test plans (--target h200) + manifest.txt + the V4.1 golden checkpoints + the bench
+#                         plans (and models/v4flash_slice3/config.json for the side-by-side with transformers)
 # usage: scripts/gpu_plans.sh [OUT=gpu_carry]   (BUILD=build dir with smelt-compile, default build-cuda)
 # OUT is not committed (.gitignore); the lead carries it to the GPU machine.
 set -euo pipefail
@@ -118,8 +119,25 @@ echo "arch_error|plans/arch_error.smelt|examples/tiny-v4" >> "$M"
 SLICE=$(mktemp -d)
 "$BUILD/bin/smelt-make-checkpoint" --config tests/frontend/data/deepseek-v4.1-flash/config.json --out "$SLICE" --layers 4 > /dev/null 2>&1
 compile bench_v41flash_slice4 "$SLICE" h200 --max-seq-len 8192 || echo "warning: bench_v41flash_slice4 not compiled (skipped)"
+# The same slice with --numerics fp32: weight-only dequant kernels everywhere (the sm_80 path, measured on the H200).
+compile bench_v41flash_slice4_fp32 "$SLICE" h200 --max-seq-len 8192 --numerics fp32 ||
+  echo "warning: bench_v41flash_slice4_fp32 not compiled (skipped)"
 rm -rf "$SLICE"
 
-tar -C "$OUT/work" -cJf "$OUT/plans.tar.xz" .
+# The side-by-side bench with transformers (docs/performance.md, scripts/gpu_side_by_side.sh): a 3-layer
+# full-width V4-Flash slice (sliding, CSA, HCA; bf16) from scripts/make_v4_slice.py. Its config.json travels as
+# models/v4flash_slice3/config.json: transformers builds the same model from it on the GPU machine.
+SLICE=$(mktemp -d)
+if python3 scripts/make_v4_slice.py --out "$SLICE" --layers 3 > /dev/null &&
+   compile bench_v4flash_slice3 "$SLICE" h200 --max-seq-len 8192; then
+  mkdir -p "$OUT/work/models/v4flash_slice3" && cp "$SLICE/config.json" "$OUT/work/models/v4flash_slice3/"
+else
+  echo "warning: bench_v4flash_slice3 not compiled (skipped)"
+fi
+rm -rf "$SLICE"
+
+# xz -9e: its 64 MiB window sees the cubins repeated across plans (ranks of partitioned plans, the same families in
+# every plan): ~21 MB instead of ~51 MB at the default level, which keeps the carry under the device's 64 MiB.
+tar -C "$OUT/work" -cf - . | xz -9e -T2 > "$OUT/plans.tar.xz"
 rm -rf "$OUT/work"
 du -sh "$OUT"

@@ -9,13 +9,18 @@
 // generate, logits and bench take [--backend cpu|cuda] (default: cuda when the plan has GPU kernels) and, on
 // cuda, [--device N] [--synthetic-weights SEED] (random weights generated on the GPU; no checkpoint read); a
 // partitioned plan on cuda runs rank r on GPU (N + r) % count, or on the r-th of [--devices a,b,...], through NCCL.
+// Several processes / hosts (cuda): [--ranks 0,1 --coordinator HOST:PORT [--bootstrap-timeout S]] in every process
+// (the one with rank 0 listens on PORT); --devices then lists the GPUs of this process's ranks in order. Every
+// process prints / writes the same output (docs/partition.md "Several processes / hosts").
 // Errors: one line "error: ..." on stderr; exit 1 for bad input, 2 for bad usage.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
+#include <type_traits>
 
 #include <nlohmann/json.hpp>
 
@@ -34,17 +39,29 @@ using smelt::runtime::cuda::CudaSession;
 struct BackendArgs {
   std::string backend = "auto";
   int device = 0;
-  std::vector<int> devices;     // --devices: a partitioned plan's GPU per rank
+  std::vector<int> devices;     // --devices: a partitioned plan's GPU per rank (of this process)
   int64_t synthetic_seed = -1;  // >= 0: --synthetic-weights
+  std::vector<int> ranks;       // --ranks: this process's global ranks (several processes)
+  std::string coordinator;      // --coordinator HOST:PORT
+  double bootstrap_timeout = 300;
 };
+
+// The cpu backend runs every rank in one process: the cuda-only flags are mistakes there.
+void check_cpu(const BackendArgs& b) {
+  if (b.synthetic_seed >= 0) throw smelt::Error("--synthetic-weights needs --backend cuda");
+  if (!b.ranks.empty() || !b.coordinator.empty())
+    throw smelt::Error("--ranks and --coordinator need --backend cuda (the cpu backend runs every rank in one process)");
+}
 
 bool use_cuda(const std::string& plan_path, const BackendArgs& b) {
   if (b.backend == "cpu") {
-    if (b.synthetic_seed >= 0) throw smelt::Error("--synthetic-weights needs --backend cuda");
+    check_cpu(b);
     return false;
   }
   if (b.backend == "cuda") return true;
-  return smelt::runtime::cuda::plan_has_kernels(smelt::runtime::Plan::load(plan_path));
+  if (smelt::runtime::cuda::plan_has_kernels(smelt::runtime::Plan::load(plan_path))) return true;
+  check_cpu(b);
+  return false;
 }
 
 smelt::runtime::cuda::BackendOptions cuda_options(const BackendArgs& b, const std::string& model) {
@@ -54,6 +71,9 @@ smelt::runtime::cuda::BackendOptions cuda_options(const BackendArgs& b, const st
   o.model_dir = model;
   o.synthetic = b.synthetic_seed >= 0;
   o.seed = uint64_t(std::max<int64_t>(b.synthetic_seed, 0));
+  o.local_ranks = b.ranks;
+  o.coordinator = b.coordinator;
+  o.bootstrap_timeout_s = b.bootstrap_timeout;
   return o;
 }
 
@@ -110,9 +130,23 @@ struct GenerateArgs : BackendArgs {
 template <typename S>
 int generate_on(const GenerateArgs& a, std::unique_ptr<S> session);
 
+// The next token from the last logits row: on the GPU when the cuda plan has the sampling kernels (the same token
+// as the host Sampler, kernels/sampling/reference.h; $SMELT_HOST_SAMPLING=1 forces the host), else on `row`.
+template <typename S>
+int32_t sample_next(S& session, smelt::runtime::Sampler& sampler, std::span<const float> row) {
+  if constexpr (std::is_same_v<S, CudaSession>) {
+    static const bool host = [] {
+      const char* v = std::getenv("SMELT_HOST_SAMPLING");
+      return v && *v && std::string(v) != "0";
+    }();
+    // Several processes sample on the host from the broadcast logits: the same token in every process.
+    if (!host && !session.several_processes() && session.backend().can_sample()) return session.backend().sample(sampler.params(), sampler.next_step());
+  }
+  return sampler.sample(row);
+}
+
 int generate(const GenerateArgs& a) {
   if (use_cuda(a.plan, a)) return generate_on(a, CudaSession::open(a.plan, cuda_options(a, a.model)));
-  if (a.synthetic_seed >= 0) throw smelt::Error("--synthetic-weights needs --backend cuda");
   return generate_on(a, Session::open(a.plan, a.model));
 }
 
@@ -143,7 +177,7 @@ int generate_on(const GenerateArgs& a, std::unique_ptr<S> session) {
   double prefill_ms = ms_since(t0);
   std::vector<int32_t> tokens;
   double decode_ms = 0.0;
-  if (a.max_new_tokens > 0) tokens.push_back(sampler.sample(row(logits, int64_t(prompt.size()) - 1, vocab)));
+  if (a.max_new_tokens > 0) tokens.push_back(sample_next(*session, sampler, row(logits, int64_t(prompt.size()) - 1, vocab)));
   // DSpark: after each decode step (the main model fed the token at position t and produced the next one),
   // one drafting step from that token; it leaves the sequence as it was.
   nlohmann::ordered_json drafts = nlohmann::ordered_json::array();
@@ -151,7 +185,7 @@ int generate_on(const GenerateArgs& a, std::unique_ptr<S> session) {
   auto t1 = std::chrono::steady_clock::now();
   while (int(tokens.size()) < a.max_new_tokens) {
     std::vector<float> next = session->decode(tokens.back());
-    tokens.push_back(sampler.sample(next));
+    tokens.push_back(sample_next(*session, sampler, next));
     if (a.show_drafts) {
       auto td = std::chrono::steady_clock::now();
       smelt::runtime::Draft d = session->draft(tokens.back());
@@ -225,7 +259,6 @@ int logits_on(const LogitsArgs& a, std::unique_ptr<S> session);
 
 int logits(const LogitsArgs& a) {
   if (use_cuda(a.plan, a)) return logits_on(a, CudaSession::open(a.plan, cuda_options(a, a.model)));
-  if (a.synthetic_seed >= 0) throw smelt::Error("--synthetic-weights needs --backend cuda");
   return logits_on(a, Session::open(a.plan, a.model));
 }
 
@@ -366,7 +399,7 @@ int main(int argc, char** argv) {
   CLI::Option* temperature =
       gen->add_option("--temperature", g.temperature, "sampling temperature (0 = greedy)")->check(CLI::Range(0.0, 1e6));
   gen->add_option("--top-p", g.top_p, "nucleus mass kept when sampling")->check(CLI::Range(1e-9, 1.0));
-  gen->add_option("--seed", g.seed, "sampler seed (std::mt19937_64)");
+  gen->add_option("--seed", g.seed, "sampler seed (splitmix64 draws, the same tokens on cpu and cuda; docs/sampling.md)");
   gen->add_option("--spec-k", g.spec_k, "speculative draft length (not implemented yet)");
   gen->add_option("--format", g.format, "text or json")->check(CLI::IsMember({"text", "json"}));
   gen->add_option("--chunk", g.chunk, "prefill chunk rows (0 = the plan's max_rows)")->check(kCount);
@@ -404,12 +437,24 @@ int main(int argc, char** argv) {
     cmd->add_option("--backend", args->backend, "cpu or cuda (default: cuda when the plan has GPU kernels)")
         ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
     cmd->add_option("--device", args->device, "cuda: GPU ordinal")->check(CLI::Range(0, 1023));
-    cmd->add_option("--devices", args->devices, "cuda, partitioned plans: the GPU of each rank (default: rank r on r)")
+    cmd->add_option("--devices", args->devices, "cuda, partitioned plans: the GPU of each rank this process runs, in rank order (default: the i-th on --device + i)")
         ->delimiter(',')
         ->check(CLI::Range(0, 1023));
     cmd->add_option("--synthetic-weights", args->synthetic_seed,
                     "cuda: fill the weights on the GPU with random values from SEED instead of reading the checkpoint")
         ->check(CLI::Range(int64_t(0), INT64_MAX));
+    cmd->add_option("--ranks", args->ranks,
+                    "cuda, several processes: the global ranks of the partitioned plan this process runs (needs "
+                    "--coordinator; --devices then gives their GPUs in this order). Every process prints the same output "
+                    "(logits: each writes its own --out)")
+        ->delimiter(',')
+        ->check(CLI::Range(0, 1 << 20));
+    cmd->add_option("--coordinator", args->coordinator,
+                    "cuda, several processes: HOST:PORT where the process with rank 0 listens and the others connect "
+                    "(the same in every process)");
+    cmd->add_option("--bootstrap-timeout", args->bootstrap_timeout,
+                    "cuda, several processes: seconds to wait for the other processes (default 300)")
+        ->check(CLI::Range(0.1, 1e6));
   }
   bn->add_option("--steps", b.steps, "cuda: decode steps timed (median reported)")->check(CLI::Range(1, 1 << 20));
 

@@ -7,8 +7,10 @@ namespace smelt::cuda_compile {
 std::vector<PlanKernel> compile_kernels(const Target& target, const std::function<void(const std::string&)>& progress) {
   std::set<std::string> families;
   for (const auto& src : kernel_sources()) families.insert(src.family);
+  // A cubin per arch, then PTX per arch: a rank of a rig carries the PTX of its own arch (compute_80 for an sm_80
+  // card, which compute_120 PTX could never serve).
   std::vector<std::string> archs = target.archs;
-  archs.push_back(target.ptx_arch);
+  for (const auto& a : target.archs) archs.push_back("compute_" + a.substr(3));
   std::vector<PlanKernel> out;
   uint64_t bytes = 0;
   for (const auto& family : families) {

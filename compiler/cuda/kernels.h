@@ -1,5 +1,5 @@
 // The device code of a cuda plan: every kernel family (kernels/<family>/*.cu) compiled by NVRTC to a cubin for
-// each arch of the target plus PTX for the highest (forward compatibility). Stored in Plan.kernels.
+// each arch of the target plus PTX for each arch (forward compatibility). Stored in Plan.kernels.
 #pragma once
 #include <functional>
 #include <string>
@@ -15,8 +15,8 @@ struct PlanKernel {
   Image image;
 };
 
-// Families in name order, for each: the cubins in the target's arch order, then the PTX. Every family is
-// included: a launcher may use any of them, and unused modules cost only plan bytes.
+// Families in name order, for each: the cubins in the target's arch order, then the PTX in that order. Every
+// family is included: a launcher may use any of them, and unused modules cost only plan bytes.
 std::vector<PlanKernel> compile_kernels(const Target& target, const std::function<void(const std::string&)>& progress);
 
 }  // namespace smelt::cuda_compile

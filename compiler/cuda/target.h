@@ -19,7 +19,7 @@ struct Target {
   std::string name;                // what the plan records: cpu | h200 | sm_80,sm_120 | the rig file's name
   bool cuda = false;
   std::vector<std::string> archs;  // distinct cubin archs, ascending by compute capability
-  std::string ptx_arch;            // compute_XX of the highest arch ("" for cpu)
+  std::string ptx_arch;            // compute_XX of the highest arch ("" for cpu; PTX is compiled for every arch)
   std::vector<TargetGpu> gpus;     // one entry per GPU (h200: 1; an arch list: one per arch, memory 0)
   bool rig = false;                // a rig file: rank r runs on gpus[r] (docs/partition.md, "Rigs")
   // What a GPU keeps for the CUDA context, the runtime's scratch and NCCL: a fraction of its memory + bytes

@@ -289,6 +289,46 @@ def Smelt_EngramOp : Smelt_ComputeOp<"engram"> {
   let results = (outs Smelt_Rows:$result);
 }
 
+// smelt.engram split in two for tensor parallelism (smelt-partition, docs/partition.md): each TP rank looks
+// up the rows of its row range of the table (zeros for the others), an all_reduce joins the rows, and the
+// gate runs on the joined rows. TP1 plans keep smelt.engram.
+def Smelt_EngramLookupOp : Smelt_ComputeOp<"engram_lookup"> {
+  let summary = "Engram table rows of this layer's hashes (a TP rank: its row range, zeros elsewhere)";
+  let arguments = !con((ins Smelt_IRows:$hashes, FlatSymbolRefAttr:$table, FlatSymbolRefAttr:$table_scale,
+                            Smelt_I64:$layer_index, Smelt_I64:$head_dim, Smelt_I64:$cols, Smelt_I64:$row_begin,
+                            Smelt_I64:$rows_total), CommonAttrs);
+  let results = (outs Smelt_Rows:$e);
+}
+
+def Smelt_EngramGateOp : Smelt_ComputeOp<"engram_gate"> {
+  let summary = "Engram after the lookup: wkv projection and the gated add to every hc copy";
+  let arguments = !con((ins Smelt_Rows:$streams, Smelt_Rows:$e, FlatSymbolRefAttr:$wkv,
+                            FlatSymbolRefAttr:$wkv_scale, FlatSymbolRefAttr:$q_weight, FlatSymbolRefAttr:$k_weight,
+                            Smelt_I64:$hc_mult, Smelt_I64:$dim, Smelt_I64:$head_dim, Smelt_I64:$cols, F64Attr:$eps),
+                       CommonAttrs);
+  let results = (outs Smelt_Rows:$result);
+}
+
+// smelt.indexer_topk / smelt.indexer_v41 split for tensor parallelism (smelt-partition, docs/partition.md): each
+// TP rank scores the visible entries with its own heads, an all_reduce adds the partial scores, and the selection
+// runs replicated on the joined scores. TP1 plans keep the whole indexer. variant: "v4" (indexer_topk's math:
+// heads_total = the model's head count, in the heads^-0.5 weight scale) or "v41" (indexer_v41's).
+def Smelt_IndexerScoresOp : Smelt_ComputeOp<"indexer_scores"> {
+  let summary = "a TP rank's partial indexer scores (its heads) of every index pool entry";
+  let arguments = !con((ins Smelt_Rows:$q, Smelt_Rows:$w, FlatSymbolRefAttr:$index_pool, Smelt_I64:$heads,
+                            Smelt_I64:$head_dim, Smelt_I64:$ratio, StrAttr:$variant, Smelt_I64:$heads_total),
+                       CommonAttrs);
+  let results = (outs Smelt_Rows:$scores);
+}
+
+def Smelt_IndexerSelectOp : Smelt_ComputeOp<"indexer_select"> {
+  let summary = "the indexer's top-k (and V4.1 candidate level) on joined scores";
+  let arguments = !con((ins Smelt_Rows:$scores, Optional<Smelt_IRows>:$cand_in, Smelt_I64:$ratio, Smelt_I64:$topk,
+                            StrAttr:$variant, Smelt_I64:$candidate_blocks, Smelt_I64:$candidate_block_size,
+                            Smelt_I64:$is_candidate_source), CommonAttrs);
+  let results = (outs Smelt_IRows:$idx, Optional<Smelt_IRows>:$cand_out);
+}
+
 def Smelt_HcMeanOp : Smelt_ComputeOp<"hc_mean"> {
   let summary = "m = mean over the hc copies (DSpark target capture), bf16";
   let arguments = !con((ins Smelt_Rows:$streams, Smelt_I64:$hc_mult), CommonAttrs);

@@ -130,6 +130,112 @@ LogicalResult EngramOp::verifySymbolUses(ST& st) {
   return expect_weight(*this, st, "k_weight", getKWeightAttr(), {n, d});
 }
 
+// The TP halves of smelt.engram (smelt-partition): the lookup of a row range, and the gate on joined rows.
+LogicalResult EngramLookupOp::verify() {
+  const int64_t hd = getHeadDim(), c = getCols();
+  if (failed(verify_rows(*this)) || failed(expect_positive(*this, hd, "head_dim")) ||
+      failed(expect_positive(*this, c, "cols")) || failed(expect_positive(*this, getRowsTotal(), "rows_total")))
+    return failure();
+  if (hd % 32) return emitOpError() << "head_dim must be a multiple of 32 (one scale per 32 channels), got " << hd;
+  if (getLayerIndex() < 0) return emitOpError() << "layer_index must be >= 0";
+  if (getRowBegin() < 0 || getRowBegin() > getRowsTotal())
+    return emitOpError() << "row_begin " << getRowBegin() << " is outside [0, rows_total " << getRowsTotal() << "]";
+  if (cols(getHashes()) < (getLayerIndex() + 1) * c)
+    return emitOpError() << "hashes have " << cols(getHashes()) << " columns, too few for layer_index "
+                         << getLayerIndex() << " of " << c << " columns";
+  return expect_cols(*this, getE(), c * hd, "e (cols * head_dim)");
+}
+
+LogicalResult EngramLookupOp::verifySymbolUses(ST& st) {
+  const int64_t hd = getHeadDim();
+  auto table = lookup_weight(*this, st, getTableAttr());
+  if (table && !llvm::isa<mlir::Float8E4M3FNType>(table.getTensorType().getElementType()))
+    return emitOpError() << "table " << getTableAttr() << " must be f8E4M3FN (FP8 rows with per-32 scales)";
+  if (failed(expect_weight(*this, st, "table", getTableAttr(), {-1, hd}))) return failure();
+  int64_t rows = dim(*this, st, getTableAttr(), 0);
+  if (getRowBegin() + rows > getRowsTotal())
+    return emitOpError() << "table rows " << getRowBegin() << " + " << rows << " exceed rows_total " << getRowsTotal();
+  auto ts = lookup_weight(*this, st, getTableScaleAttr());
+  if (ts && !llvm::isa<mlir::Float8E8M0FNUType>(ts.getTensorType().getElementType()))
+    return emitOpError() << "table_scale " << getTableScaleAttr() << " must be f8E8M0FNU";
+  return expect_weight(*this, st, "table_scale", getTableScaleAttr(), {rows, hd / 32});
+}
+
+LogicalResult EngramGateOp::verify() {
+  const int64_t n = getHcMult(), d = getDim(), hd = getHeadDim(), c = getCols();
+  if (failed(verify_rows(*this)) || failed(expect_positive(*this, n, "hc_mult")) ||
+      failed(expect_positive(*this, d, "dim")) || failed(expect_positive(*this, hd, "head_dim")) ||
+      failed(expect_positive(*this, c, "cols")))
+    return failure();
+  if (hd % 32) return emitOpError() << "head_dim must be a multiple of 32 (one scale per 32 channels), got " << hd;
+  if (!(getEps().convertToDouble() > 0)) return emitOpError() << "eps must be positive";
+  if (failed(expect_cols(*this, getE(), c * hd, "e (cols * head_dim)")) ||
+      failed(expect_cols(*this, getStreams(), n * d, "streams (hc_mult * dim)")))
+    return failure();
+  return expect_cols(*this, getResult(), n * d, "result");
+}
+
+LogicalResult EngramGateOp::verifySymbolUses(ST& st) {
+  const int64_t n = getHcMult(), d = getDim(), hd = getHeadDim(), c = getCols();
+  bool quantized = false;
+  if (failed(expect_linear_weight(*this, st, "wkv", getWkvAttr(), getWkvScaleAttr(), (n + 1) * d, c * hd, &quantized)))
+    return failure();
+  auto wkv = lookup_weight(*this, st, getWkvAttr());
+  if (wkv && !llvm::isa<mlir::Float8E4M3FNType>(wkv.getTensorType().getElementType()))
+    return emitOpError() << "wkv " << getWkvAttr() << " must be FP8 (f8E4M3FN with 32x32 block scales)";
+  if (failed(expect_weight(*this, st, "q_weight", getQWeightAttr(), {n, d}))) return failure();
+  return expect_weight(*this, st, "k_weight", getKWeightAttr(), {n, d});
+}
+
+// The TP halves of smelt.indexer_topk / smelt.indexer_v41 (smelt-partition): a rank's partial scores, the
+// selection on the joined scores.
+LogicalResult IndexerScoresOp::verify() {
+  if (failed(verify_rows(*this)) || failed(expect_positive(*this, getHeads(), "heads")) ||
+      failed(expect_positive(*this, getHeadDim(), "head_dim")) || failed(expect_positive(*this, getRatio(), "ratio")) ||
+      failed(expect_positive(*this, cols(getScores()), "scores width")))
+    return failure();
+  if (getVariant() != "v4" && getVariant() != "v41")
+    return emitOpError() << "variant must be v4 or v41, got '" << getVariant() << "'";
+  if (getHeadsTotal() < getHeads())
+    return emitOpError() << "heads_total " << getHeadsTotal() << " is below this rank's heads " << getHeads();
+  if (failed(expect_cols(*this, getQ(), getHeads() * getHeadDim(), "q (heads * head_dim)"))) return failure();
+  return expect_cols(*this, getW(), getHeads(), "w (heads)");
+}
+
+LogicalResult IndexerScoresOp::verifySymbolUses(ST& st) {
+  auto pool = st.lookupNearestSymbolFrom<StateOp>(*this, getIndexPoolAttr());
+  if (!pool) return emitOpError() << "index_pool " << getIndexPoolAttr() << " is not a smelt.state";
+  auto shape = pool.getTensorType().getShape();
+  if (shape[0] != cols(getScores()) || shape[1] != getHeadDim())
+    return emitOpError() << "index_pool " << getIndexPoolAttr() << " of shape " << shape_str(shape)
+                         << " does not give one score per row (" << cols(getScores()) << ") of head_dim "
+                         << getHeadDim();
+  return success();
+}
+
+LogicalResult IndexerSelectOp::verify() {
+  if (failed(verify_rows(*this)) || failed(expect_positive(*this, getRatio(), "ratio")) ||
+      failed(expect_positive(*this, getTopk(), "topk")) ||
+      failed(expect_cols(*this, getIdx(), getTopk(), "idx (topk)")))
+    return failure();
+  const bool v41 = getVariant() == "v41";
+  if (!v41 && getVariant() != "v4") return emitOpError() << "variant must be v4 or v41, got '" << getVariant() << "'";
+  const int64_t cb = getCandidateBlocks(), src = getIsCandidateSource();
+  if (src != 0 && src != 1) return emitOpError() << "is_candidate_source must be 0 or 1";
+  if (cb < 0) return emitOpError() << "candidate_blocks must be >= 0 (0 = no candidate level)";
+  if (!v41 && (cb || src || getCandIn() || getCandOut())) return emitOpError() << "only v41 has a candidate level";
+  if (cb > 0 && getCandidateBlockSize() <= 0) return emitOpError() << "candidate_block_size must be positive";
+  if (src && !getCandOut()) return emitOpError() << "a candidate source produces cand_out";
+  if (!src && getCandOut()) return emitOpError() << "only a candidate source produces cand_out";
+  if ((getCandIn() || getCandOut()) && cb == 0) return emitOpError() << "candidate lists need candidate_blocks > 0";
+  if (src && getCandIn()) return emitOpError() << "a candidate source takes no cand_in";
+  if (getCandIn() && failed(expect_cols(*this, getCandIn(), cb, "cand_in (candidate_blocks)"))) return failure();
+  if (getCandOut() && failed(expect_cols(*this, getCandOut(), cb, "cand_out (candidate_blocks)"))) return failure();
+  return success();
+}
+
+LogicalResult IndexerSelectOp::verifySymbolUses(ST&) { return success(); }
+
 LogicalResult HcMeanOp::verify() {
   int64_t n = getHcMult();
   if (failed(verify_rows(*this)) || failed(expect_positive(*this, n, "hc_mult"))) return failure();

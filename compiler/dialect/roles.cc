@@ -76,6 +76,13 @@ llvm::SmallVector<SymbolUse> weight_uses(Operation* op) {
         add("wkv", o.getWkvAttr(), C::Quantized), add("wkv_scale", o.getWkvScaleAttr(), C::Scale);
         add("q_weight", o.getQWeightAttr()), add("k_weight", o.getKWeightAttr());
       })
+      .Case([&](EngramLookupOp o) {
+        add("table", o.getTableAttr(), C::Quantized), add("table_scale", o.getTableScaleAttr(), C::Scale);
+      })
+      .Case([&](EngramGateOp o) {
+        add("wkv", o.getWkvAttr(), C::Quantized), add("wkv_scale", o.getWkvScaleAttr(), C::Scale);
+        add("q_weight", o.getQWeightAttr()), add("k_weight", o.getKWeightAttr());
+      })
       .Case([&](DsparkAttentionOp o) { add("sink", o.getSinkAttr()); })
       .Case([&](DsparkHeadOp o) {
         add("markov_embed", o.getMarkovEmbedAttr()), add("markov_head", o.getMarkovHeadAttr());
@@ -106,6 +113,7 @@ llvm::SmallVector<SymbolUse> state_uses(Operation* op) {
         add("index_pool", o.getIndexPoolAttr(), {"index_pool"});
       })
       .Case([&](IndexerV41Op o) { add("index_pool", o.getIndexPoolAttr(), {"index_pool"}); })
+      .Case([&](IndexerScoresOp o) { add("index_pool", o.getIndexPoolAttr(), {"index_pool"}); })
       .Case([&](EngramHashOp o) { add("history", o.getHistoryAttr(), {"engram_history"}); })
       .Case([&](DsparkAttentionOp o) { add("window_ring", o.getWindowRingAttr(), {"window_ring"}); });
   return u;

@@ -71,6 +71,7 @@ unsigned plan_arity(mlir::Operation* op) {
   if (llvm::isa<MoeRouteOp>(op)) return 2;         // x, ids or -1
   if (llvm::isa<HcCollapseOp>(op)) return 2;       // X, pre or -1 (one-hot)
   if (llvm::isa<IndexerV41Op>(op)) return 3;       // q, w, cand_in or -1
+  if (llvm::isa<IndexerSelectOp>(op)) return 2;    // scores, cand_in or -1
   if (llvm::isa<ConcatOp>(op)) return 4;           // x0, x1, x2 or -1, x3 or -1
   if (llvm::isa<AllReduceOp>(op)) return 1;        // x or -1 (a zero-width shard contributes zeros)
   return op->getNumOperands();
@@ -78,7 +79,7 @@ unsigned plan_arity(mlir::Operation* op) {
 
 // Outputs in plan order, with an absent optional result (always the last one) as -1.
 unsigned plan_results(mlir::Operation* op) {
-  if (llvm::isa<IndexerV41Op>(op)) return 2;  // idx, cand_out or -1
+  if (llvm::isa<IndexerV41Op, IndexerSelectOp>(op)) return 2;  // idx, cand_out or -1
   return op->getNumResults();
 }
 
@@ -101,11 +102,15 @@ struct Entry {
   std::string arch;  // a rank's arch(s) ("sm_80", "sm_80+sm_120"): its plan carries only their cubins (+ PTX)
 };
 
-// A rank's plan holds the cubins of its own arch(s) and the PTX; an unpartitioned plan (or a cpu rank) all.
+// A rank's plan holds the cubins and the PTX of its own arch(s) (sm_80 -> sm_80 + compute_80); an unpartitioned
+// plan (or a cpu rank) all of them.
 bool carries(const Entry& e, const cuda_compile::PlanKernel& k) {
-  if (!e.rank || e.arch.empty() || e.arch == "cpu" || k.image.format != "cubin") return true;
+  if (!e.rank || e.arch.empty() || e.arch == "cpu") return true;
   llvm::SmallVector<llvm::StringRef> archs;
   llvm::StringRef(e.arch).split(archs, '+');
+  llvm::StringRef arch = k.image.arch;
+  if (k.image.format == "ptx" && arch.consume_front("compute_"))
+    return llvm::any_of(archs, [&](llvm::StringRef a) { return a.drop_front(3) == arch; });
   return llvm::is_contained(archs, k.image.arch);
 }
 

@@ -14,7 +14,7 @@ namespace {
 
 // Ops whose kernels hold rounding or quantization steps inside (docs/ops.md, DeepSeek-V4.1).
 bool rounds_inside(mlir::Operation* op) {
-  if (llvm::isa<KvCompressorOp, IndexerV41Op, EngramOp, HcMeanOp>(op)) return true;
+  if (llvm::isa<KvCompressorOp, IndexerV41Op, IndexerScoresOp, EngramOp, EngramLookupOp, EngramGateOp, HcMeanOp>(op)) return true;
   if (auto e = llvm::dyn_cast<MoeExpertsOp>(op)) return e.getVariant() && *e.getVariant() == "v41";
   if (auto s = llvm::dyn_cast<SwigluMlpOp>(op)) return bool(s.getW1ScaleAttr());
   if (auto a = llvm::dyn_cast<SparseAttentionOp>(op)) return a.getNumerics() && *a.getNumerics() == "v41";

@@ -59,6 +59,9 @@ struct Partition : impl::SmeltPartitionBase<Partition> {
       return v == ix.getCandOut() ? "layer " + L + " uses the candidate blocks of layer " + S + " (its candidate source)"
                                   : "layer " + L + " uses the top-k indices of layer " + S + " (its index source)";
     if (llvm::isa<IndexerTopkOp>(def)) return "layer " + L + " uses the top-k indices of layer " + S;
+    if (auto sel = llvm::dyn_cast<IndexerSelectOp>(def))  // (the TP form of either indexer)
+      return v == sel.getCandOut() ? "layer " + L + " uses the candidate blocks of layer " + S + " (its candidate source)"
+                                   : "layer " + L + " uses the top-k indices of layer " + S + " (its index source)";
     if (llvm::isa<HcMeanOp>(def)) return "layer " + S + " is a DSpark target layer and must be on the last stage";
     return "";
   }

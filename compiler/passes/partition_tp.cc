@@ -2,7 +2,9 @@
 // rows, wo_b columns -> partial + all_reduce), V4 routed and shared experts by intermediate width (w1/w3 rows, w2
 // columns; one all_reduce of routed + shared per FFN), V4.1 quantized routed experts by whole experts (expert
 // parallel, all_reduce, then the replicated shared expert added), embedding by columns + all_gather, head by vocab
-// rows + all_gather. Everything else (KV, compressors, indexer, Engram, mHC, norms, routing) stays replicated.
+// rows + all_gather, Engram tables by rows (engram_lookup of the rank's rows -> all_reduce of the looked-up rows ->
+// engram_gate), indexer heads by shares (indexer_scores of the rank's heads -> all_reduce of the scores ->
+// indexer_select). Everything else (KV, compressors, the Engram hash, mHC, norms, routing) stays replicated.
 #include "compiler/passes/partition.h"
 
 #include "compiler/passes/shard.h"
@@ -248,12 +250,156 @@ struct Rewriter {
     y.replaceAllUsesExcept(g->getResult(0), g);
   }
 
+  // Engram: each rank holds a contiguous row range of the table (by shares); its lookup writes the rows it
+  // holds and zeros for the others, so the all_reduce adds each element to zeros only (x + 0 = x: exact) and the
+  // gate (wkv, norms, gated add) runs replicated on the joined rows, as at TP1.
+  std::string engram(EngramOp op) {
+    WeightOp table = lookup(module, op.getTableAttr()), scale = lookup(module, op.getTableScaleAttr());
+    if (!table || !scale) return where(op) + ": table / table_scale is not a smelt.weight";
+    const int64_t rows = table.getTensorType().getDimSize(0), hd = op.getHeadDim(), cols = op.getCols();
+    if (rows < ntp()) return "";  // fewer rows than ranks: keep it whole
+    shard::Range g = shard::split(rows, 1, r.shares, true)[r.tp_rank];
+    auto t = shard::slice(module, table, 0, g, tp_name(table, r.tp_rank));
+    auto s = shard::slice(module, scale, 0, g, tp_name(scale, r.tp_rank));
+    mlir::OpBuilder b(op);
+    auto i64 = [&](int64_t v) { return b.getI64IntegerAttr(v); };
+    auto copy = [&](mlir::OperationState& st, std::initializer_list<const char*> names) {
+      for (const char* n : names)
+        if (auto a = op->getAttr(n)) st.addAttribute(n, a);
+    };
+    auto e_type = mlir::RankedTensorType::get({mlir::ShapedType::kDynamic, cols * hd}, b.getF32Type());
+    mlir::OperationState ls(op.getLoc(), "smelt.engram_lookup");
+    ls.addOperands(op.getHashes());
+    ls.addTypes(e_type);
+    ls.addAttribute("table", t);
+    ls.addAttribute("table_scale", s);
+    ls.addAttribute("layer_index", i64(op.getLayerIndex()));
+    ls.addAttribute("head_dim", i64(hd));
+    ls.addAttribute("cols", i64(cols));
+    ls.addAttribute("row_begin", i64(g.begin));
+    ls.addAttribute("rows_total", i64(rows));
+    copy(ls, {"layer", "numerics"});
+    Operation* look = b.create(ls);
+    Operation* joined = collective(look, "smelt.all_reduce", look->getResult(0), e_type, {});
+    b.setInsertionPointAfter(joined);
+    mlir::OperationState gs(op.getLoc(), "smelt.engram_gate");
+    gs.addOperands({op.getStreams(), joined->getResult(0)});
+    gs.addTypes(op.getResult().getType());
+    copy(gs, {"wkv", "wkv_scale", "q_weight", "k_weight", "hc_mult", "dim", "head_dim", "cols", "eps", "layer",
+              "round", "numerics"});
+    Operation* gate = b.create(gs);
+    op.getResult().replaceAllUsesWith(gate->getResult(0));
+    op->erase();
+    return "";
+  }
+
+  // The indexer (V4 indexer_topk, V4.1 indexer_v41) by whole heads, in proportion to the shares: wq_b rows and
+  // weights_proj rows of the rank's heads; indexer_scores sums their terms, the all_reduce adds the ranks' partial
+  // scores (V4.1: and rounds the total to bf16, the indexer's last rounding) and indexer_select runs the candidate
+  // level and top-k replicated on the joined scores. A rank without heads (fewer heads than ranks) adds zeros.
+  std::string indexer(Operation* ix) {
+    const bool v41 = llvm::isa<IndexerV41Op>(ix);
+    const int64_t H = ix->getAttrOfType<mlir::IntegerAttr>("heads").getInt();
+    const int64_t dI = ix->getAttrOfType<mlir::IntegerAttr>("head_dim").getInt();
+    llvm::SmallVector<Operation*> q_ops;  // between wq_b and the indexer, in order
+    LinearOp wq_b;
+    for (Value v = ix->getOperand(0);;) {
+      Operation* d = v.getDefiningOp();
+      if (!d || !v.hasOneUse()) return where(ix) + ": q is not computed for the indexer alone";
+      if ((wq_b = llvm::dyn_cast<LinearOp>(d))) break;
+      if (auto rope = llvm::dyn_cast<RopeOp>(d)) {
+        if (rope.getHeads() != H) return where(ix) + ": " + where(d) + " does not rope per indexer head";
+      } else if (auto fq = llvm::dyn_cast<FakeQuantOp>(d)) {
+        // Per head, or over whole rows in blocks (of at most 32) that never straddle a head.
+        const int64_t h = fq.getHeads().value_or(1);
+        if (h != H && (h != 1 || fq.getChannels() || dI % 32))
+          return where(ix) + ": " + where(d) + " quantizes across indexer heads";
+      } else {
+        return where(ix) + ": " + where(d) + " between the indexer's q projection and the indexer is not head-local";
+      }
+      q_ops.insert(q_ops.begin(), d);
+      v = d->getOperand(0);
+    }
+    auto wp = ix->getOperand(1).getDefiningOp<LinearOp>();
+    if (!wp || !ix->getOperand(1).hasOneUse()) return where(ix) + ": the head weights (w) are not computed for the indexer alone";
+    auto pool_ref = ix->getAttrOfType<mlir::FlatSymbolRefAttr>("index_pool");
+    auto pool = module.lookup<StateOp>(pool_ref.getValue());
+    if (!pool) return where(ix) + ": index_pool is not a smelt.state";
+    const int64_t S = pool.getTensorType().getDimSize(0);
+    shard::Range g = shard::split(H, 1, r.shares, H >= ntp())[r.tp_rank];
+    const bool alive = g.size() > 0;
+    auto numerics = ix->getAttrOfType<mlir::StringAttr>("numerics");
+    const bool model_numerics = !(numerics && numerics.getValue() == "fp32");
+
+    mlir::OpBuilder b(ix);
+    auto i64 = [&](int64_t v) { return b.getI64IntegerAttr(v); };
+    auto copy = [&](mlir::OperationState& st, std::initializer_list<const char*> names) {
+      for (const char* n : names)
+        if (auto a = ix->getAttr(n)) st.addAttribute(n, a);
+    };
+    auto scores_type = mlir::RankedTensorType::get({mlir::ShapedType::kDynamic, S}, b.getF32Type());
+    Value partial;
+    if (alive) {
+      if (std::string e = shard(wq_b, "weight", wq_b.getScaleAttr() ? "scale" : "", 0, {g.begin * dI, g.end * dI, false});
+          !e.empty())
+        return e;
+      if (std::string e = shard(wp, "weight", wp.getScaleAttr() ? "scale" : "", 0, {g.begin, g.end, false}); !e.empty())
+        return e;
+      const int64_t h = g.size();
+      set_width(wq_b.getY(), h * dI);
+      for (Operation* op : q_ops) {
+        auto heads = op->getAttrOfType<mlir::IntegerAttr>("heads");
+        if (llvm::isa<RopeOp>(op) || (heads && heads.getInt() == H)) set_i64(op, "heads", h);
+        set_width(op->getResult(0), h * dI);
+      }
+      set_width(wp.getY(), h);
+      mlir::OperationState ss(ix->getLoc(), "smelt.indexer_scores");
+      ss.addOperands({ix->getOperand(0), ix->getOperand(1)});
+      ss.addTypes(scores_type);
+      ss.addAttribute("index_pool", pool_ref);
+      ss.addAttribute("heads", i64(h));
+      ss.addAttribute("head_dim", i64(dI));
+      ss.addAttribute("heads_total", i64(H));
+      ss.addAttribute("variant", b.getStringAttr(v41 ? "v41" : "v4"));
+      copy(ss, {"ratio", "layer", "numerics"});
+      partial = b.create(ss)->getResult(0);
+    }
+    mlir::OperationState ar(ix->getLoc(), "smelt.all_reduce");
+    if (partial) ar.addOperands(partial);
+    ar.addTypes(scores_type);
+    ar.addAttribute("group", b.getDenseI64ArrayAttr(r.group));
+    copy(ar, {"layer"});
+    if (v41 && model_numerics) ar.addAttribute("round", b.getStringAttr("bf16"));
+    Value joined = b.create(ar)->getResult(0);
+    mlir::OperationState sel(ix->getLoc(), "smelt.indexer_select");
+    sel.addOperands(joined);
+    for (Value extra : ix->getOperands().drop_front(2)) sel.addOperands(extra);  // V4.1 cand_in
+    for (Value res : ix->getResults()) sel.addTypes(res.getType());
+    sel.addAttribute("variant", b.getStringAttr(v41 ? "v41" : "v4"));
+    copy(sel, {"ratio", "topk", "layer"});
+    for (const char* n : {"candidate_blocks", "candidate_block_size", "is_candidate_source"})
+      sel.addAttribute(n, v41 ? ix->getAttr(n) : i64(0));
+    Operation* select = b.create(sel);
+    ix->replaceAllUsesWith(select->getResults());
+    ix->erase();
+    if (!alive) {  // nothing of the indexer's q / w is computed on this rank
+      for (Operation* op : llvm::reverse(q_ops)) op->erase();
+      wq_b->erase();
+      wp->erase();
+    }
+    return "";
+  }
+
   std::string run() {
     llvm::SmallVector<SparseAttentionOp> attns;
     llvm::SmallVector<MoeExpertsOp> moes;
     llvm::SmallVector<SwigluMlpOp> mlps;
     llvm::SmallVector<EmbeddingOp> embeds;
+    llvm::SmallVector<EngramOp> engrams;
+    llvm::SmallVector<Operation*> indexers;
     f.walk([&](Operation* op) {
+      if (llvm::isa<IndexerTopkOp, IndexerV41Op>(op)) indexers.push_back(op);
+      if (auto e = llvm::dyn_cast<EngramOp>(op)) engrams.push_back(e);
       if (auto a = llvm::dyn_cast<SparseAttentionOp>(op)) attns.push_back(a);
       if (auto m = llvm::dyn_cast<MoeExpertsOp>(op)) moes.push_back(m);
       if (auto m = llvm::dyn_cast<SwigluMlpOp>(op)) mlps.push_back(m);
@@ -279,6 +425,10 @@ struct Rewriter {
         if (std::string err = ffn(MoeExpertsOp(), s, AddOp()); !err.empty()) return err;
     for (EmbeddingOp e : embeds)
       if (std::string err = embedding(e); !err.empty()) return err;
+    for (EngramOp e : engrams)
+      if (std::string err = engram(e); !err.empty()) return err;
+    for (Operation* ix : indexers)
+      if (std::string err = indexer(ix); !err.empty()) return err;
     auto ret = llvm::cast<mlir::func::ReturnOp>(f.getBody().front().getTerminator());
     if (ret.getNumOperands() == 1)
       if (auto h = ret.getOperand(0).getDefiningOp<LinearOp>())

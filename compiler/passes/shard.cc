@@ -108,6 +108,10 @@ std::string remap(mlir::SymbolTable& symbols, Quantized q, int dim, const std::v
   return "";
 }
 
+mlir::FlatSymbolRefAttr slice(mlir::SymbolTable& symbols, WeightOp w, int dim, Range range, const std::string& name) {
+  return make(symbols, w, name, transform::Step{dim, {range}});
+}
+
 std::vector<int64_t> apportion(int64_t units, const std::vector<double>& shares, bool min1) {
   const size_t n = shares.size();
   double total = 0;

@@ -27,6 +27,10 @@ std::string remap(mlir::SymbolTable& symbols, Quantized q, int dim, const std::v
                   const std::string& name, const std::string& scale_name, const std::string& what,
                   mlir::FlatSymbolRefAttr& weight_out, mlir::FlatSymbolRefAttr& scale_out);
 
+// Makes the weight `name` = `w` cut to `range` along `dim` as stored, with no block-scale logic: for tensors
+// whose scale is per row and cut by a second call alike (the Engram table and its table_scale).
+mlir::FlatSymbolRefAttr slice(mlir::SymbolTable& symbols, WeightOp w, int dim, Range range, const std::string& name);
+
 // The quantization block of a weight along `dim` in logical elements: 0 for float weights, the FP8 block, or for
 // packed FP4 (i8 [N, K/2], one scale per row per 32) 1 along rows and 32 along cols.
 int64_t block(Quantized q, int dim);

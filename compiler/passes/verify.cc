@@ -101,6 +101,7 @@ struct Verifier {
       return {role == "window_ring" ? o.getWindow() : -1, o.getHeadDim()};
     if (auto o = llvm::dyn_cast<IndexerTopkOp>(op)) return {-1, o.getHeadDim()};
     if (auto o = llvm::dyn_cast<IndexerV41Op>(op)) return {-1, o.getHeadDim()};
+    if (auto o = llvm::dyn_cast<IndexerScoresOp>(op)) return {cols(o.getScores()), o.getHeadDim()};
     if (auto o = llvm::dyn_cast<EngramHashOp>(op)) return {o.getMaxNgram(), 1};
     if (auto o = llvm::dyn_cast<KvCompressorOp>(op)) {
       if (role == "ring") return {o.getRatio(), 2 * o.getHeadDim()};
@@ -206,7 +207,8 @@ struct Verifier {
       int64_t ratio = -1;
       if (auto topk = idx.getDefiningOp<IndexerTopkOp>()) ratio = topk.getRatio();
       if (auto v41 = idx.getDefiningOp<IndexerV41Op>()) ratio = v41.getRatio();
-      if (ratio < 0) error(attn) << "idx must come from a smelt.indexer_topk or smelt.indexer_v41";
+      if (auto sel = idx.getDefiningOp<IndexerSelectOp>()) ratio = sel.getRatio();
+      if (ratio < 0) error(attn) << "idx must come from a smelt.indexer_topk, smelt.indexer_v41 or smelt.indexer_select";
       else if (ratio != attn.getRatio())
         error(attn) << "idx comes from an indexer with ratio " << ratio << ", attention has " << attn.getRatio();
     }

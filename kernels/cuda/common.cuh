@@ -101,7 +101,14 @@ __device__ __forceinline__ u8 e4m3_encode(float x) {
 __device__ __forceinline__ float e4m3_round(float x) { return e4m3_decode(e4m3_encode(x)); }
 
 // Whether any byte of v is an E4M3 NaN code (0x7F / 0xFF).
-__device__ __forceinline__ bool e4m3x4_has_nan(u32 v) { return __vcmpeq4(v | 0x80808080u, 0xFFFFFFFFu) != 0; }
+// (Bytes of v & 0x7F7F7F7F are <= 0x7F, so + 1 per byte never carries into the next byte and sets bit 7 exactly
+// for 0x7F; __vcmpeq4 is emulated by several instructions on sm_80+.)
+__device__ __forceinline__ u32 e4m3x4_nan_bits(u32 v) { return ((v & 0x7F7F7F7Fu) + 0x01010101u) & 0x80808080u; }
+__device__ __forceinline__ bool e4m3x4_has_nan(u32 v) { return e4m3x4_nan_bits(v) != 0; }
+
+// log2 of an FP8 weight block edge: the launchers pass powers of two only (runtime fp8_weight_block: 32 .. 4096),
+// so scale indices are shifts, not integer divisions (~20 instructions each).
+__device__ __forceinline__ int blk_log2(int blk) { return __ffs(blk) - 1; }
 
 // The four E4M3 codes in the bytes of v as floats, exactly e4m3_decode's values (NaN codes included), without its
 // branches: a code's exponent and mantissa bits placed at bits 20..26 of an fp32 give 2^-120 times its value (a

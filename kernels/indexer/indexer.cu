@@ -143,7 +143,8 @@ extern "C" __global__ void smelt_indexer_scores(const float* q, const float* w, 
   if (lane == 0) scores[i * S + j] = s;
 }
 
-// V4.1: score(j) = bf16(sum_h bf16(relu(bf16(q_h . k_j)) * w_h)) (rb = 0: no roundings). Same launch.
+// V4.1: score(j) = bf16(sum_h bf16(relu(bf16(q_h . k_j)) * w_h)) (rb = 0: no roundings; rb = 2: the terms rounded,
+// the sum not: a TP rank's partial sum, smelt.indexer_scores, whose all_reduce rounds the total). Same launch.
 extern "C" __global__ void smelt_indexer_v41_scores(const float* q, const float* w, const float* keys, i64 S,
                                                     const StepInfo* step, int H, int hd, int ratio, int rb,
                                                     float* scores) {
@@ -166,7 +167,7 @@ extern "C" __global__ void smelt_indexer_v41_scores(const float* q, const float*
     float t = __fmul_rn(fmaxf(qk, 0.f), w[i * H + h]);
     s = __fadd_rn(s, rb ? round_bf16(t) : t);
   }
-  if (lane == 0) scores[i * S + j] = rb ? round_bf16(s) : s;
+  if (lane == 0) scores[i * S + j] = rb == 1 ? round_bf16(s) : s;
 }
 
 // V4.1 candidate source: block b's score = max over its bs entries, the newest visible entry's block forced

@@ -50,4 +50,42 @@ struct IndexerV41Args {
 // first), sorted ascending, then -1 padding to topk.
 void indexer_v41(const IndexerV41Args& a, int32_t* idx, int32_t* cand_out);
 
+// ---- Both indexers split for tensor parallelism (smelt-partition): scores of a rank's heads, all_reduce, select --
+struct IndexerScoresArgs {
+  int rows = 0;
+  int heads = 0;        // this rank's heads
+  int head_dim = 0;
+  int ratio = 0;
+  int64_t p0 = 0;
+  int64_t width = 0;    // S: the scores row (the index pool's rows)
+  const float* q = nullptr;     // [rows, heads*head_dim], as indexer_topk / indexer_v41 take it
+  const float* w = nullptr;     // [rows, heads]
+  const float* keys = nullptr;  // index pool [>= visible entries, head_dim]
+  bool v41 = false;
+  int heads_total = 0;          // V4: the model's head count (its heads^-0.5 weight scale)
+  bool model_numerics = true;   // V4.1: false = no bf16 roundings
+};
+
+// scores [rows, width]: entry j < visible gets this rank's partial sum over its heads, in head order: V4 the
+// terms of indexer_topk (heads_total in the weight scale); V4.1 the bf16 terms of indexer_v41, the sum NOT rounded
+// (the all_reduce rounds the total). Entries j >= visible are 0.
+void indexer_scores(const IndexerScoresArgs& a, float* scores);
+
+struct IndexerSelectArgs {
+  int rows = 0;
+  int ratio = 0;
+  int topk = 0;
+  int64_t p0 = 0;
+  int64_t width = 0;              // S
+  const float* scores = nullptr;  // [rows, width], the summed scores
+  bool v41 = false;               // V4: best first (indexer_topk); V4.1: ascending, with the candidate level
+  int candidate_blocks = 0;
+  int candidate_block_size = 0;
+  bool is_candidate_source = false;
+  const int32_t* cand_in = nullptr;
+};
+
+// The selection of indexer_topk (V4) / indexer_v41 (V4.1) on given scores of the visible entries.
+void indexer_select(const IndexerSelectArgs& a, int32_t* idx, int32_t* cand_out);
+
 }  // namespace smelt::kernels

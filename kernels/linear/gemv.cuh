@@ -40,8 +40,8 @@ __device__ __forceinline__ void load_w8(const void* w, const u8* ws, i64 n, int 
     }
   } else if (FMT == kWFP8) {
     const uint2 q = __ldg(reinterpret_cast<const uint2*>(static_cast<const u8*>(w) + n * K + k0));
-    const int sc = (K + blk - 1) / blk;
-    const float s = e8m0_decode(ws[(n / blk) * sc + k0 / blk]);
+    const int sh = blk_log2(blk), sc = (K + blk - 1) >> sh;
+    const float s = e8m0_decode(ws[(n >> sh) * sc + (k0 >> sh)]);
     e4m3x4_decode(q.x, v);
     e4m3x4_decode(q.y, v + 4);
 #pragma unroll
@@ -133,7 +133,7 @@ __device__ __forceinline__ void dot_rows_aq(const i32* xu, i64 ldu, const float*
     if (b < nb) {
       const u8* wb = FP4 ? w + n * (K / 2) + b * 16 : w + n * K + b * 32;
       const float sw = FP4 ? e8m0_decode(ws[n * nb + b])
-                           : e8m0_decode(ws[(n / blk) * ((K + blk - 1) / blk) + (b * 32) / blk]);
+                           : e8m0_decode(ws[(n >> blk_log2(blk)) * ((K + blk - 1) >> blk_log2(blk)) + ((b * 32) >> blk_log2(blk))]);
 #pragma unroll
       for (int r = 0; r < RT; ++r) {
         term[r] = 0.f;

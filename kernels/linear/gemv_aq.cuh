@@ -114,10 +114,10 @@ __device__ __forceinline__ WBlock<FP4> load_wblock(const u8* wb) {
 __device__ __forceinline__ float block_dot_staged(const double* xq, int b, const WBlock<false>& wq) {
   const double2* xb = reinterpret_cast<const double2*>(xq) + b * 16;
   const u32 u[8] = {wq.q[0].x, wq.q[0].y, wq.q[0].z, wq.q[0].w, wq.q[1].x, wq.q[1].y, wq.q[1].z, wq.q[1].w};
-  bool nan = false;
+  u32 nan = 0;
 #pragma unroll
-  for (int c = 0; c < 8; ++c) nan |= e4m3x4_has_nan(u[c]);
-  if (nan) {
+  for (int c = 0; c < 8; ++c) nan |= (u[c] & 0x7F7F7F7Fu) + 0x01010101u;  // e4m3x4_nan_bits, masked once below
+  if (nan & 0x80808080u) {
     i64 s = 0;
 #pragma unroll
     for (int c = 0; c < 8; ++c) {
@@ -177,7 +177,20 @@ __device__ __forceinline__ const u8* wblock_ptr(const u8* w, i64 n, int b, int K
 }
 template <bool FP4>
 __device__ __forceinline__ float wblock_scale(const u8* ws, i64 n, int b, int K, int blk) {
-  return FP4 ? e8m0_decode(ws[n * (K / 32) + b]) : e8m0_decode(ws[(n / blk) * ((K + blk - 1) / blk) + (b * 32) / blk]);
+  if (FP4) return e8m0_decode(ws[n * (K / 32) + b]);
+  const int sh = blk_log2(blk);
+  return e8m0_decode(ws[(n >> sh) * ((K + blk - 1) >> sh) + ((b * 32) >> sh)]);
+}
+
+// c = it / nb and b = it % nb for 0 <= it < 2^24 without an integer division (~20 instructions each, per item):
+// the float quotient (inv_nb = 1 / nb) is off by at most one, which the remainder fixes.
+__device__ __forceinline__ int item_split(int it, int nb, float inv_nb, int& b) {
+  int c = __float2int_rz(__fmul_rn(__int2float_rn(it), inv_nb));
+  int r = it - c * nb;
+  if (r < 0) --c, r += nb;
+  else if (r >= nb) ++c, r -= nb;
+  b = r;
+  return c;
 }
 
 // 0 + t[0] + t[1] + ... + t[nb-1] in fp32, in that order (the K-order sum of the block terms). The chain of adds

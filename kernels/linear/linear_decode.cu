@@ -22,13 +22,15 @@ __device__ void gemv_aq_body(const float* x, float* y, const u8* w, const u8* ws
   float* terms = xsc + nb;  // [2][cpb][ld]
   gemv_stage_quant(x + r * K, K, xq, xsc);  // act quant of the row, as smelt_act_quant_b32
   const int items = cpb * nb;
+  const float inv_nb = 1.f / float(nb);
   int buf = 0;
   for (i64 n0 = i64(blockIdx.x) * cpb; n0 < N; n0 += i64(gridDim.x) * cpb, buf ^= 1) {
     float* tb = terms + buf * cpb * ld;
     for (int it0 = threadIdx.x; it0 < items; it0 += 2 * blockDim.x) {
       // Two items per pass, both weight loads issued before the arithmetic.
       const int it1 = it0 + blockDim.x;
-      const int c0 = it0 / nb, b0 = it0 - c0 * nb, c1 = it1 / nb, b1 = it1 - c1 * nb;
+      int b0, b1;
+      const int c0 = item_split(it0, nb, inv_nb, b0), c1 = item_split(it1, nb, inv_nb, b1);
       const bool v0 = n0 + c0 < N, v1 = it1 < items && n0 + c1 < N;
       WBlock<FP4> q0{}, q1{};
       float s0 = 0.f, s1 = 0.f;

@@ -28,12 +28,14 @@ __device__ void up_dec_body(const float* x, int D, int F, int topk, const i32* i
   gemv_stage_quant(x, D, xq, xsc);
   const i64 cols = i64(topk) * F;
   const int items = cpb * nb;
+  const float inv_nb = 1.f / float(nb);
   int buf = 0;
   for (i64 q0 = i64(blockIdx.x) * cpb; q0 < cols; q0 += i64(gridDim.x) * cpb, buf ^= 1) {
     float* tg = terms + buf * 2 * cpb * ld;
     float* tu = tg + cpb * ld;
     for (int it = threadIdx.x; it < items; it += blockDim.x) {
-      const int c = it / nb, b = it - c * nb;
+      int b;
+      const int c = item_split(it, nb, inv_nb, b);
       const i64 q = q0 + c;
       if (q >= cols) continue;
       const int t = int(q / F), f = int(q - i64(t) * F);
@@ -83,12 +85,14 @@ __device__ void down_dec_body(const float* h, int D, int F, int topk, const i32*
   gemv_stage_quant(h, topk * F, xq, xsc);  // F % 32 == 0: the 32-blocks of the slots' rows, in order
   const i64 cols = i64(topk) * D;
   const int items = cpb * nb;
+  const float inv_nb = 1.f / float(nb);
   int buf = 0;
   for (i64 q0 = i64(blockIdx.x) * cpb; q0 < cols; q0 += i64(gridDim.x) * cpb, buf ^= 1) {
     float* tb = terms + buf * cpb * ld;
     for (int it0 = threadIdx.x; it0 < items; it0 += 2 * blockDim.x) {
       const int it1 = it0 + blockDim.x;
-      const int c0 = it0 / nb, b0 = it0 - c0 * nb, c1 = it1 / nb, b1 = it1 - c1 * nb;
+      int b0, b1;
+      const int c0 = item_split(it0, nb, inv_nb, b0), c1 = item_split(it1, nb, inv_nb, b1);
       const i64 qa = q0 + c0, qb = q0 + c1;
       const int ta = int(qa / D), tb_ = int(qb / D);
       const int ea = qa < cols ? expert_of(idx, ta, n_experts) : -1;

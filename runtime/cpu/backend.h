@@ -87,6 +87,8 @@ struct PreparedOp {
   std::vector<float> owned;                         // a weight dequantized at load (wo_a)
   kernels::KvCompressorV41Args kv_compressor;
   kernels::IndexerV41Args indexer_v41;
+  kernels::IndexerScoresArgs indexer_scores;        // the TP halves of both indexers
+  kernels::IndexerSelectArgs indexer_select;
   kernels::engram::EngramArgs engram;
   kernels::engram::EngramHashLayout hash_layout;
   int64_t hash_pad = 0, hash_vocab = 0;             // pad_id's compressed id; compressed vocab size

@@ -56,6 +56,26 @@ void run_indexer_v41(const PreparedOp& p, const ExecContext& c) {
   kernels::indexer_v41(a, p.out_i[0], p.out_i[1]);
 }
 
+// The TP halves of both indexers: a rank's partial scores, and the selection on the all-reduced scores.
+void run_indexer_scores(const PreparedOp& p, const ExecContext& c) {
+  kernels::IndexerScoresArgs a = p.indexer_scores;
+  a.rows = c.rows;
+  a.p0 = c.p0;
+  kernels::indexer_scores(a, p.out[0]);
+}
+
+void run_indexer_select(const PreparedOp& p, const ExecContext& c) {
+  kernels::IndexerSelectArgs a = p.indexer_select;
+  a.rows = c.rows;
+  a.p0 = c.p0;
+  if (a.cand_in) {  // block ids from the candidate source: -1 or a block of the scored entries
+    const int64_t blocks = (a.width + a.candidate_block_size - 1) / a.candidate_block_size;
+    for (int64_t k = 0, n = int64_t(c.rows) * a.candidate_blocks; k < n; ++k)
+      check_range(p, a.cand_in[k], -1, blocks, "candidate block");
+  }
+  kernels::indexer_select(a, p.out_i[0], p.out_i[1]);
+}
+
 // Engram hash ids. The history state keeps each position's compressed id at row pos % R (R >= max_ngram-1),
 // so the look-backs of a chunk are read from it before the chunk's own ids are stored.
 void run_engram_hash(const PreparedOp& p, const ExecContext& c) {
@@ -90,6 +110,23 @@ void run_engram(const PreparedOp& p, const ExecContext& c) {
   for (int r = 0; r < c.rows; ++r)
     for (int k = 0; k < a.cols; ++k) check_range(p, a.hashes[int64_t(r) * a.hash_stride + k], 0, a.table_rows, "Engram row");
   kernels::engram::engram_forward(a, p.in[0], p.out[0]);
+}
+
+// The TP halves of run_engram: the rank's rows of the table (hash ids checked against the whole table), then
+// the gate on the joined rows.
+void run_engram_lookup(const PreparedOp& p, const ExecContext& c) {
+  kernels::engram::EngramArgs a = p.engram;
+  a.rows = c.rows;
+  a.hashes = p.in_i[0] + int64_t(p.layer_index) * a.cols;
+  for (int r = 0; r < c.rows; ++r)
+    for (int k = 0; k < a.cols; ++k) check_range(p, a.hashes[int64_t(r) * a.hash_stride + k], 0, a.rows_total, "Engram row");
+  kernels::engram::engram_lookup(a, p.out[0]);
+}
+
+void run_engram_gate(const PreparedOp& p, const ExecContext& c) {
+  kernels::engram::EngramArgs a = p.engram;
+  a.rows = c.rows;
+  kernels::engram::engram_gate(a, p.in[1], p.in[0], p.out[0]);
 }
 
 // mean over the hc copies in fp32 (copy order), rounded to bf16 like the reference's bf16 mean.
@@ -174,6 +211,35 @@ void prepare_op_v41(const Plan& plan, const OpRef& op, PreparedOp& p) {
       a.model_numerics = p.model_numerics;
       break;
     }
+    case OpKind::IndexerScores: {
+      p.run = run_indexer_scores;
+      kernels::IndexerScoresArgs& a = p.indexer_scores;
+      a.heads = int(op.i("heads"));
+      a.head_dim = int(op.i("head_dim"));
+      a.ratio = int(op.i("ratio"));
+      a.width = p.out_w[0];
+      a.q = p.in[0];
+      a.w = p.in[1];
+      a.keys = p.state[0];
+      a.v41 = op.s("variant") == "v41";
+      a.heads_total = int(op.i("heads_total"));
+      a.model_numerics = p.model_numerics;
+      break;
+    }
+    case OpKind::IndexerSelect: {
+      p.run = run_indexer_select;
+      kernels::IndexerSelectArgs& a = p.indexer_select;
+      a.ratio = int(op.i("ratio"));
+      a.topk = int(op.i("topk"));
+      a.width = p.in_w[0];
+      a.scores = p.in[0];
+      a.v41 = op.s("variant") == "v41";
+      a.candidate_blocks = int(op.i("candidate_blocks"));
+      a.candidate_block_size = int(op.i("candidate_block_size"));
+      a.is_candidate_source = op.i("is_candidate_source") != 0;
+      a.cand_in = p.in_i[1];
+      break;
+    }
     case OpKind::EngramHash: {
       p.run = run_engram_hash;
       kernels::engram::EngramHashConfig cfg;
@@ -216,6 +282,36 @@ void prepare_op_v41(const Plan& plan, const OpRef& op, PreparedOp& p) {
       a.hash_stride = int(p.in_w[1]);
       a.model_numerics = p.model_numerics;
       p.layer_index = int(op.i("layer_index"));
+      break;
+    }
+    case OpKind::EngramLookup: {
+      p.run = run_engram_lookup;
+      kernels::engram::EngramArgs& a = p.engram;
+      a.head_dim = int(op.i("head_dim"));
+      a.cols = int(op.i("cols"));
+      a.table = p.w_raw[0];
+      a.table_scale = p.w_raw[1];
+      a.table_rows = p.w_rows[0];
+      a.row_begin = op.i("row_begin");
+      a.rows_total = op.i("rows_total");
+      a.hash_stride = int(p.in_w[0]);
+      a.model_numerics = p.model_numerics;
+      p.layer_index = int(op.i("layer_index"));
+      break;
+    }
+    case OpKind::EngramGate: {
+      p.run = run_engram_gate;
+      kernels::engram::EngramArgs& a = p.engram;
+      a.hc_mult = int(op.i("hc_mult"));
+      a.dim = int(op.i("dim"));
+      a.head_dim = int(op.i("head_dim"));
+      a.cols = int(op.i("cols"));
+      a.eps = float(op.f("eps"));
+      a.wkv = p.w_raw[0];
+      a.wkv_scale = p.w_raw[1];
+      a.q_weight = p.w[2];
+      a.k_weight = p.w[3];
+      a.model_numerics = p.model_numerics;
       break;
     }
     case OpKind::HcMean:

@@ -219,13 +219,13 @@ void CudaBackend::release() noexcept {
   if (stream_) d_.cuStreamSynchronize(stream_);
   for (auto& [rows, exec] : graphs_by_rows_) d_.cuGraphExecDestroy(exec);
   graphs_by_rows_.clear();
-  for (CUdeviceptr p : {arena_, states_, scratch_, step_})
+  for (CUdeviceptr p : {arena_, states_, scratch_, step_, sample_scratch_})
     if (p) d_.cuMemFree(p);
-  arena_ = states_ = scratch_ = step_ = 0;
+  arena_ = states_ = scratch_ = step_ = sample_scratch_ = 0;
   weights_.release();  // before the context goes
-  for (void* h : {host_ids_, host_step_})
+  for (void* h : {host_ids_, host_step_, host_token_})
     if (h) d_.cuMemFreeHost(h);
-  host_ids_ = host_step_ = nullptr;
+  host_ids_ = host_step_ = host_token_ = nullptr;
   for (CUmodule m : modules_) d_.cuModuleUnload(m);
   modules_.clear();
   module_of_.clear();
@@ -396,6 +396,7 @@ void CudaBackend::make_current() { check(d_.cuCtxSetCurrent(ctx_), "making the G
 void CudaBackend::run(const int32_t* ids, int64_t p0, int rows) {
   make_current();
   stage_inputs(ids, p0, rows);
+  last_rows_ = rows;
   int64_t before = launches_;
   if (graphs_ && rows == 1) {
     auto it = graphs_by_rows_.find(rows);

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/sampling/reference.h"
 #include "runtime/cuda/device_weights.h"
 #include "runtime/cuda/driver.h"
 #include "runtime/cuda/launch.h"
@@ -34,8 +35,15 @@ struct BackendOptions {
   bool synthetic = false; // --synthetic-weights: values generated on the GPU from `seed`
   uint64_t seed = 0;
   bool graphs = true;     // decode as CUDA graphs ($SMELT_CUDA_GRAPHS=0 also turns them off)
-  // Partitioned plans: the GPU of each rank (rank r on devices[r % size]); empty = rank r on (device + r) % count.
+  // Partitioned plans: the GPU of each rank this process runs, by local position (the i-th lowest of local_ranks
+  // on devices[i % size]); empty = the i-th on (device + i) % count. In one process running every rank, i = rank.
   std::vector<int> devices;
+  // Several processes (docs/partition.md "Several processes / hosts"): the global ranks this process runs
+  // (empty = all of them) and the rendezvous HOST:PORT ("" = one process; the process with rank 0 listens
+  // there). A process running every rank ignores `coordinator`.
+  std::vector<int> local_ranks;
+  std::string coordinator;
+  double bootstrap_timeout_s = 300;
 };
 
 // The cubin arch of `plan` to load on a GPU of compute capability major.minor: exactly sm_<major><minor>, else
@@ -68,6 +76,16 @@ class CudaBackend final : public Launcher {
   // are on) and waits; logits of the chunk are then read with read_logits.
   void run(const int32_t* ids, int64_t p0, int rows);
   void read_logits(float* out, int rows);
+  // Sampling on the GPU (kernels/sampling/sampling.cu, runtime/cuda/sample.cc): the token kernels::sample_top_p
+  // picks (greedy when p.temperature <= 0) from the last row of the last run()'s logits for draw number `step`;
+  // copies back one int32, not the row. can_sample(): this plan's modules have the sampling kernels (plans
+  // compiled before them do not; use the host Sampler on read_logits then). Output rank only.
+  bool can_sample();
+  int32_t sample(const kernels::SamplerParams& p, uint64_t step);
+  // Where the logits rows live on the GPU (0 for a rank plan without the head): the broadcast between processes.
+  CUdeviceptr logits_device() const {
+    return plan_.logits() < 0 ? 0 : arena_ + plan_.fb().buffers()->Get(plan_.logits())->offset();
+  }
   void reset_state();  // zero every state (a new sequence)
 
   // Bench support. Per-layer GPU times of one eager run (events where op.layer changes; layer -1 = outside
@@ -128,6 +146,9 @@ class CudaBackend final : public Launcher {
   void* host_ids_ = nullptr;   // pinned staging
   void* host_step_ = nullptr;
   void* host_logits_ = nullptr;
+  void* host_token_ = nullptr;    // pinned, sample()'s result
+  CUdeviceptr sample_scratch_ = 0;  // sample(): allocated on first use
+  int last_rows_ = 0;               // rows of the last run()
   CUevent ev_start_ = nullptr, ev_end_ = nullptr;
   bool graphs_ = true;
   std::map<int, CUgraphExec> graphs_by_rows_;

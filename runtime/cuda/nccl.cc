@@ -40,6 +40,7 @@ std::unique_ptr<Nccl> open_nccl(const std::string& library) {
   SMELT_BIND(ncclAllGather);
   SMELT_BIND(ncclSend);
   SMELT_BIND(ncclRecv);
+  SMELT_BIND(ncclBroadcast);
   SMELT_BIND(ncclGroupStart);
   SMELT_BIND(ncclGroupEnd);
 #undef SMELT_BIND
@@ -47,6 +48,35 @@ std::unique_ptr<Nccl> open_nccl(const std::string& library) {
 }
 
 std::vector<int64_t> pair_of(int64_t a, int64_t b) { return {std::min(a, b), std::max(a, b)}; }
+
+std::string members_of(const std::vector<int64_t>& key) {
+  std::string members;
+  for (int64_t m : key) {
+    if (!members.empty()) members += ',';
+    members += std::to_string(m);
+  }
+  return members;
+}
+
+void no_shared_gpu(const std::vector<int64_t>& key, const std::vector<int>& devs) {
+  std::set<int> distinct(devs.begin(), devs.end());
+  if (distinct.size() != devs.size())
+    throw Error("ranks " + members_of(key) + " exchange rows through NCCL but share a GPU: give every rank of a group its own " +
+                "GPU (--devices), or run the plan with --backend cpu");
+}
+
+// ncclCommInitRank works on the calling thread's current device; the backends use the driver API, and the
+// runtime API NCCL uses sees a device's primary context made current here (the backend holds it open).
+void make_device_current(int device) {
+  const Driver& d = driver();
+  CUdevice dev = 0;
+  check(d.cuDeviceGet(&dev, device), "opening the GPU for NCCL");
+  CUcontext ctx = nullptr;
+  check(d.cuDevicePrimaryCtxRetain(&ctx, dev), "opening the GPU for NCCL");
+  CUresult r = d.cuCtxSetCurrent(ctx);
+  d.cuDevicePrimaryCtxRelease(dev);
+  check(r, "opening the GPU for NCCL");
+}
 
 }  // namespace
 
@@ -67,11 +97,7 @@ void check_nccl(ncclResult_t r, const char* what) {
   throw Error(std::string("NCCL error in ") + what + ": " + (s ? s : "error " + std::to_string(r)));
 }
 
-NcclComms::NcclComms(const std::vector<int>& devices, const std::vector<const Plan*>& plans) {
-  nccl();  // the one-sentence error before anything else
-  // NVLink multicast (NVLS) stays off unless asked for: decode-sized messages gain nothing from it, and a process
-  // that dies holding multicast objects can leave shared GPUs unusable.
-  setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
+std::vector<std::vector<int64_t>> NcclComms::keys(const std::vector<const Plan*>& plans) {
   // Every group and every sending pair of the ranks' forwards and programs, and the order of the pairs' messages:
   // NCCL matches a pair's sends and recvs in the order they are issued, so both sides must list the same tags.
   std::set<std::vector<int64_t>> keys;
@@ -98,44 +124,103 @@ NcclComms::NcclComms(const std::vector<int>& devices, const std::vector<const Pl
       throw Error(plans[0]->path() + ": rank " + std::to_string(link.first) + " sends to rank " +
                   std::to_string(link.second) + " in a tag order the receiver does not follow; NCCL matches messages " +
                   "in issue order (run this plan with --backend cpu)");
+  for (const auto& key : keys)
+    for (int64_t m : key)
+      if (m < 0 || m >= int64_t(plans.size())) throw Error(plans[0]->path() + ": a collective names rank " + std::to_string(m));
+  return {keys.begin(), keys.end()};
+}
+
+NcclComms::NcclComms(const std::vector<int>& devices, const std::vector<const Plan*>& plans) {
+  nccl();  // the one-sentence error before anything else
+  // NVLink multicast (NVLS) stays off unless asked for: decode-sized messages gain nothing from it, and a process
+  // that dies holding multicast objects can leave shared GPUs unusable.
+  setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
   try {
-    for (const auto& key : keys) {
+    for (const auto& key : keys(plans)) {
       std::vector<int> devs;
       for (int64_t m : key) {
-        if (m < 0 || m >= int64_t(devices.size())) throw Error(plans[0]->path() + ": a collective names rank " + std::to_string(m));
+        if (m >= int64_t(devices.size())) throw Error(plans[0]->path() + ": a collective names rank " + std::to_string(m));
         devs.push_back(devices[size_t(m)]);
       }
       make(key, devs);
     }
   } catch (...) {
-    for (auto& [key, cs] : comms_)
-      for (ncclComm_t c : cs)
-        if (c) nccl().ncclCommDestroy(c);
+    destroy();
+    throw;
+  }
+}
+
+NcclComms::NcclComms(const std::vector<int>& devices, const std::vector<const Plan*>& plans,
+                     const std::vector<ncclUniqueId>& ids, const World& world) {
+  const Nccl& n = nccl();
+  setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);  // as above
+  const std::vector<std::vector<int64_t>> ks = keys(plans);
+  if (ids.size() != ks.size())
+    throw Error(plans[0]->path() + ": the coordinator sent " + std::to_string(ids.size()) + " NCCL ids but this process " +
+                "needs " + std::to_string(ks.size()) + " (run the same smelt-run build everywhere)");
+  try {
+    // Keys in the same (sorted) order in every process: a blocking init waits only for members that have
+    // finished every earlier key, so the processes cannot wait on each other in a circle.
+    for (size_t k = 0; k < ks.size(); ++k) {
+      const std::vector<int64_t>& key = ks[k];
+      std::vector<int> here, devs;
+      for (size_t pos = 0; pos < key.size(); ++pos) {
+        const int64_t m = key[pos];
+        if (m < int64_t(devices.size()) && devices[size_t(m)] >= 0) here.push_back(int(pos)), devs.push_back(devices[size_t(m)]);
+      }
+      if (here.empty()) continue;
+      std::vector<int64_t> local_key;
+      for (int pos : here) local_key.push_back(key[size_t(pos)]);
+      no_shared_gpu(local_key, devs);
+      std::vector<ncclComm_t>& cs = comms_.emplace(key, std::vector<ncclComm_t>(key.size(), nullptr)).first->second;
+      // Several members here: one group, so that NCCL does not wait for the first before starting the second.
+      ncclResult_t first = n.ncclGroupStart();
+      try {
+        for (size_t i = 0; i < here.size() && first == 0; ++i) {
+          make_device_current(devs[i]);
+          first = n.ncclCommInitRank(&cs[size_t(here[i])], int(key.size()), ids[k], here[i]);
+        }
+      } catch (...) {
+        n.ncclGroupEnd();
+        throw;
+      }
+      ncclResult_t end = n.ncclGroupEnd();
+      check_nccl(first ? first : end, ("creating the communicator of ranks " + members_of(key)).c_str());
+    }
+    if (world.size > 1) {
+      make_device_current(world.device);
+      check_nccl(n.ncclCommInitRank(&world_, world.size, world.id, world.self), "creating the communicator of the processes");
+      world_root_ = world.root;
+    }
+  } catch (const Error& e) {
+    destroy();
+    // The usual causes across processes, which NCCL's one-word descriptions do not name.
+    const std::string m = e.what();
+    if (m.rfind("NCCL error", 0) != 0) throw;
+    throw Error(m + " (NCCL_DEBUG=INFO says why; processes on one host need distinct GPUs, --devices; " +
+                "NCCL_SOCKET_IFNAME picks the network)");
+  } catch (...) {
+    destroy();
     throw;
   }
 }
 
 void NcclComms::make(const std::vector<int64_t>& key, const std::vector<int>& devs) {
-  std::set<int> distinct(devs.begin(), devs.end());
-  if (distinct.size() != devs.size()) {
-    std::string members;
-    for (int64_t m : key) {
-      if (!members.empty()) members += ',';
-      members += std::to_string(m);
-    }
-    throw Error("ranks " + members + " exchange rows through NCCL but share a GPU: give every rank of a group its own " +
-                "GPU (--devices), or run the plan with --backend cpu");
-  }
+  no_shared_gpu(key, devs);
   std::vector<ncclComm_t> cs(key.size(), nullptr);
   check_nccl(nccl().ncclCommInitAll(cs.data(), int(cs.size()), devs.data()), "creating the communicators");
   comms_.emplace(key, std::move(cs));
 }
 
 NcclComms::~NcclComms() {
-  if (aborted_) return;  // abort() released them
+  if (!aborted_) destroy();  // else abort() released them
+}
+
+void NcclComms::destroy() noexcept {
   for (auto& [key, cs] : comms_)
-    for (ncclComm_t c : cs)
-      if (c) nccl().ncclCommDestroy(c);
+    for (ncclComm_t& c : cs)
+      if (c) nccl().ncclCommDestroy(c), c = nullptr;
+  if (world_) nccl().ncclCommDestroy(world_), world_ = nullptr;
 }
 
 void NcclComms::abort() noexcept {
@@ -143,12 +228,20 @@ void NcclComms::abort() noexcept {
   for (auto& [key, cs] : comms_)
     for (ncclComm_t c : cs)
       if (c) nccl().ncclCommAbort(c);
+  if (world_) nccl().ncclCommAbort(world_);
+}
+
+void NcclComms::broadcast(DevPtr buffer, size_t count, void* stream) const {
+  if (!world_ || aborted_)
+    throw Error(std::string("no NCCL communicator between the processes") + (aborted_ ? " (a rank failed)" : ""));
+  void* p = reinterpret_cast<void*>(buffer);
+  check_nccl(nccl().ncclBroadcast(p, p, count, kNcclFloat32, world_root_, world_, stream), "broadcasting the logits");
 }
 
 ncclComm_t NcclComms::comm(const std::vector<int64_t>& key, int rank, int& position) const {
   auto it = comms_.find(key);
   auto at = std::find(key.begin(), key.end(), int64_t(rank));
-  if (it == comms_.end() || at == key.end() || aborted_)
+  if (it == comms_.end() || at == key.end() || aborted_ || !it->second[size_t(at - key.begin())])
     throw Error("rank " + std::to_string(rank) + " has no NCCL communicator for this collective" +
                 (aborted_ ? " (another rank failed)" : ""));
   position = int(at - key.begin());

@@ -7,6 +7,11 @@
 // members' GPUs. A member's rank in a group communicator is its position in `group`; in a pair's, 0 for the
 // lower global rank. NCCL sums in an order of its own: an all_reduce can differ from the cpu backend's
 // group-order sum in the last bits.
+//
+// Several processes (docs/partition.md "Several processes / hosts"): each process makes only its own ranks'
+// members of those communicators, with ncclCommInitRank from unique ids the coordinator handed out
+// (runtime/net/bootstrap.h), plus a "world" communicator of one member per process that broadcasts the output
+// rank's logits so that every process returns the same logits.
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -39,6 +44,7 @@ struct Nccl {
   ncclResult_t (*ncclAllGather)(const void*, void*, size_t, int, ncclComm_t, void*);
   ncclResult_t (*ncclSend)(const void*, size_t, int, int, ncclComm_t, void*);
   ncclResult_t (*ncclRecv)(void*, size_t, int, int, ncclComm_t, void*);
+  ncclResult_t (*ncclBroadcast)(const void*, void*, size_t, int, int, ncclComm_t, void*);
   ncclResult_t (*ncclGroupStart)();
   ncclResult_t (*ncclGroupEnd)();
 };
@@ -55,8 +61,23 @@ void check_nccl(ncclResult_t r, const char* what);
 // time, each with its own rank (the object is read-only after construction).
 class NcclComms {
  public:
-  // devices[r]: the GPU ordinal of global rank r; plans[r]: rank r's plan (its collectives name the groups).
+  // The communicator keys of a partitioned plan's ranks (plans[r]: global rank r's plan), sorted: the members of
+  // each all_reduce / all_gather group and each sending pair. Every process computes the same list, so the
+  // coordinator's k-th unique id is the k-th key's. Throws when a pair's sends and receives disagree in order.
+  static std::vector<std::vector<int64_t>> keys(const std::vector<const Plan*>& plans);
+
+  // One process runs every rank: devices[r]: the GPU ordinal of global rank r; plans[r]: rank r's plan.
   NcclComms(const std::vector<int>& devices, const std::vector<const Plan*>& plans);
+
+  // Several processes: this process's members only (keys without one are skipped).
+  struct World {
+    int size = 1, self = 0, root = 0;  // processes; this one's index; the one with the output rank
+    int device = 0;                    // this process's GPU in the world communicator
+    ncclUniqueId id{};
+  };
+  // devices[r]: the GPU of global rank r if it runs here, else -1; ids[k]: the unique id of keys(plans)[k].
+  NcclComms(const std::vector<int>& devices, const std::vector<const Plan*>& plans, const std::vector<ncclUniqueId>& ids,
+            const World& world);
   ~NcclComms();
   NcclComms(const NcclComms&) = delete;
   NcclComms& operator=(const NcclComms&) = delete;
@@ -68,12 +89,21 @@ class NcclComms {
   // A failed rank: stops every communicator so that the other ranks' pending collectives return (the
   // communicators are unusable afterwards).
   void abort() noexcept;
+  // Several processes: broadcasts `count` floats at `buffer` (this process's world GPU) from the root process to
+  // all, enqueued on `stream`. Every process calls it with the same count.
+  void broadcast(DevPtr buffer, size_t count, void* stream) const;
+  bool has_world() const { return world_ != nullptr; }
 
  private:
   ncclComm_t comm(const std::vector<int64_t>& key, int rank, int& position) const;
   void make(const std::vector<int64_t>& key, const std::vector<int>& devices);
 
+  void destroy() noexcept;
+
   std::map<std::vector<int64_t>, std::vector<ncclComm_t>> comms_;  // members (global ranks) -> one per member
+                                                                   // (null: a member in another process)
+  ncclComm_t world_ = nullptr;
+  int world_root_ = 0;
   std::atomic<bool> aborted_{false};
 };
 

@@ -517,7 +517,8 @@ bool has_launcher(const std::string& name) {
       "smelt.rms_norm", "smelt.linear", "smelt.grouped_linear", "smelt.rope", "smelt.window_kv_update",
       "smelt.compressor", "smelt.indexer_topk", "smelt.sparse_attention", "smelt.moe_route", "smelt.moe_experts",
       "smelt.swiglu_mlp", "smelt.add", "smelt.fake_quant", "smelt.kv_compressor", "smelt.indexer_v41",
-      "smelt.engram_hash", "smelt.engram", "smelt.engram_lookup", "smelt.engram_gate", "smelt.hc_mean", "smelt.capture", "smelt.concat",
+      "smelt.engram_hash", "smelt.engram", "smelt.engram_lookup", "smelt.engram_gate",
+      "smelt.indexer_scores", "smelt.indexer_select", "smelt.hc_mean", "smelt.capture", "smelt.concat",
       "smelt.dspark_attention", "smelt.dspark_head",
       // Collectives: the backend runs them through NCCL (runtime/cuda/nccl.cc), not a launcher here.
       "smelt.all_reduce", "smelt.all_gather", "smelt.send", "smelt.recv"};

@@ -93,6 +93,36 @@ bool run_v41(Ctx& c) {
            std::max(bs, 1), l.out[0]);
       return true;
     }
+    // The TP halves of both indexers: the scores kernels write a rank's partial sums straight into the output
+    // (entries past a row's visible count are not written and never read), the selection runs the candidate /
+    // top-k kernels on the all-reduced scores.
+    case OpKind::IndexerScores: {
+      const int H = int(op.i("heads")), hd = int(op.i("head_dim")), ratio = int(op.i("ratio"));
+      const int64_t S = l.out_w[0];
+      if (int64_t(H) * hd * 4 > 48 * 1024) c.fail("indexer queries exceed 48 KiB of shared memory");
+      if (op.s("variant") == "v41")  // rb 2: the terms rounded, the sum not (the all_reduce rounds it)
+        c.go("smelt_indexer_v41_scores", cdiv(S, 8), R, 1, 256, unsigned(H * hd * 4), l.in[0], l.in[1], l.state[0], S,
+             l.step, H, hd, ratio, model_rounding(op) ? 2 : 0, l.out[0]);
+      else
+        c.go("smelt_indexer_scores", cdiv(S, 8), R, 1, 256, unsigned(H * hd * 4), l.in[0], l.in[1], l.state[0], S,
+             l.step, H, hd, ratio, float(std::pow(double(hd), -0.5)), float(std::pow(double(op.i("heads_total")), -0.5)),
+             l.out[0]);
+      return true;
+    }
+    case OpKind::IndexerSelect: {
+      const int topk = int(op.i("topk")), ratio = int(op.i("ratio")), v41 = op.s("variant") == "v41";
+      const int CB = int(op.i("candidate_blocks")), bs = int(op.i("candidate_block_size"));
+      const bool two = CB > 0 && bs > 0, source = op.i("is_candidate_source") != 0;
+      const int64_t S = l.in_w[0];
+      if (topk > 2048 || CB > 2048) c.fail("topk / candidate_blocks exceed the cuda kernel's 2048");
+      if (two && (S + bs - 1) / bs > 65536) c.fail("more than 65536 candidate blocks");
+      if (two && source && l.out[1])
+        c.go("smelt_indexer_candidates", R, 1, 1, 1024, 0, l.in[0], S, l.step, ratio, bs, CB, l.out[1]);
+      const DevPtr cand = (two && !source) ? l.in[1] : 0;
+      c.go("smelt_indexer_topk", R, 1, 1, 1024, 0, l.in[0], S, l.step, ratio, topk, v41, cand, CB, std::max(bs, 1),
+           l.out[0]);
+      return true;
+    }
     case OpKind::EngramHash: {
       const kernels::engram::EngramHashLayout L = hash_layout(c);
       if (L.layers() > 4 || L.max_ngram > 8 || L.cols() > 32)
@@ -126,10 +156,31 @@ bool run_v41(Ctx& c) {
       const DevPtr e = c.scratch(uint64_t(rows) * K * 4), kv = c.scratch(uint64_t(rows) * N * 4);
       const DevPtr hashes = l.in[1] + DevPtr(op.i("layer_index")) * DevPtr(cols) * 4;
       c.go("smelt_engram_gather", unsigned(cols), R, 1, 128, 0, hashes, int(l.in_w[1]), ptr(table), ptr(tscale), trows,
-           hd, e);
+           int64_t(0), hd, e);
       // Model numerics: act-quant FP8 GEMM rounded to bf16; numerics = "fp32": fp32 on the dequantized weight.
       const int rb = model_rounding(op);
       linear(c, e, kv, wkv, wscale, rows, K, N, rb != 0, 1.f, rb, "wkv");
+      c.go("smelt_engram_gate", unsigned(n), R, 1, 256, 0, l.in[0], kv, ptr(qw), float_dt(c, qw, "q_weight"), ptr(kw),
+           float_dt(c, kw, "k_weight"), D, float(op.f("eps")), float(std::pow(double(D), -0.5)), rb, l.out[0]);
+      return true;
+    }
+    case OpKind::EngramLookup: {  // a TP rank's rows of the table, zeros for the others (all_reduce joins them)
+      const int hd = int(op.i("head_dim")), cols = int(op.i("cols"));
+      const DeviceWeight *table = weight(l, 0), *tscale = weight(l, 1);
+      if (hd % 32) c.fail("Engram head_dim must be a multiple of 32");
+      const int64_t trows = table && !table->shape.empty() ? table->shape[0] : 0;
+      const DevPtr hashes = l.in[0] + DevPtr(op.i("layer_index")) * DevPtr(cols) * 4;
+      c.go("smelt_engram_gather", unsigned(cols), R, 1, 128, 0, hashes, int(l.in_w[0]), ptr(table), ptr(tscale), trows,
+           int64_t(op.i("row_begin")), hd, l.out[0]);
+      return true;
+    }
+    case OpKind::EngramGate: {  // smelt.engram after the gather, on the joined rows
+      const int n = int(op.i("hc_mult")), D = int(op.i("dim")), hd = int(op.i("head_dim")), cols = int(op.i("cols"));
+      const DeviceWeight *wkv = weight(l, 0), *wscale = weight(l, 1), *qw = weight(l, 2), *kw = weight(l, 3);
+      const int K = cols * hd, N = (n + 1) * D;
+      const DevPtr kv = c.scratch(uint64_t(rows) * N * 4);
+      const int rb = model_rounding(op);
+      linear(c, l.in[1], kv, wkv, wscale, rows, K, N, rb != 0, 1.f, rb, "wkv");
       c.go("smelt_engram_gate", unsigned(n), R, 1, 256, 0, l.in[0], kv, ptr(qw), float_dt(c, qw, "q_weight"), ptr(kw),
            float_dt(c, kw, "k_weight"), D, float(op.f("eps")), float(std::pow(double(D), -0.5)), rb, l.out[0]);
       return true;

@@ -1,11 +1,18 @@
 // One sequence running a plan on the cuda backend, with the methods of runtime::Session that smelt-run uses
 // (prefill in chunks, decode one token, logits out). DSpark drafting and smelt.capture are cpu-only for now.
 //
-// A partitioned plan (format 1.2) runs every rank in this process: one CudaBackend per rank on its own GPU (rank
-// r on BackendOptions::devices[r], else GPU (device + r) % count), one host thread per rank for every chunk, and
-// the collectives through NCCL (runtime/cuda/nccl.h). Every rank gets the chunk's ids; the logits are those of
-// plan.output_rank(). Partitioned plans decode eagerly (no CUDA graphs yet). A failing rank stops the NCCL
-// communicators so that the others return; its message is the error and the session is unusable afterwards.
+// A partitioned plan (format 1.2) runs its ranks in this process: one CudaBackend per rank on its own GPU (the
+// i-th rank here on BackendOptions::devices[i], else GPU (device + i) % count), one host thread per rank for every
+// chunk, and the collectives through NCCL (runtime/cuda/nccl.h). Every rank gets the chunk's ids; the logits are
+// those of plan.output_rank(). Partitioned plans decode eagerly (no CUDA graphs yet). A failing rank stops the
+// NCCL communicators so that the others return; its message is the error and the session is unusable afterwards.
+//
+// Several processes (BackendOptions::local_ranks + coordinator; docs/partition.md "Several processes / hosts"):
+// each process runs its own ranks; before any weight is loaded they meet at the coordinator (runtime/net/
+// bootstrap.h: same plan, ranks split exactly, the NCCL unique ids handed out). After every chunk the output
+// rank's logits are broadcast to every process, so all of them return the same logits and, sampling with the
+// same seed, generate the same tokens. A rank failing in one process does not stop the others' (they wait in
+// NCCL until killed).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -45,22 +52,37 @@ class CudaSession {
   void reset();
   int64_t vocab() const { return plan_->vocab(); }
   const Plan& plan() const { return *plan_; }
-  // The output rank's backend (the only one for a plain plan).
+  // The output rank's backend (the only one for a plain plan); in a process without the output rank, that of
+  // its first rank.
   CudaBackend& backend() { return *backends_[size_t(out_)]; }
+  // The ranks this process runs (all of them unless BackendOptions::local_ranks) and their backends.
   size_t n_ranks() const { return backends_.size(); }
-  CudaBackend& rank_backend(size_t rank) { return *backends_[rank]; }
+  CudaBackend& rank_backend(size_t local) { return *backends_[local]; }
+  const std::vector<int>& local_ranks() const { return local_; }
+  // This process runs part of a partitioned plan (the others elsewhere): sample on the host from the logits.
+  bool several_processes() const;
 
  private:
-  // Runs work(rank) for every rank, one thread each when there are several; the first failure is rethrown.
+  // Runs work(i) for every local rank i, one thread each when there are several; the first failure is rethrown.
   void run_ranks(const std::function<void(size_t)>& work);
+  // After a chunk: the output rank's rows x vocab logits into `out` (broadcast between processes when several).
+  void take_logits(float* out, int rows);
+  void release_broadcast() noexcept;
 
   std::unique_ptr<Plan> plan_;  // stable address: the backends keep references into it
-  std::vector<std::unique_ptr<CudaBackend>> backends_;  // by global rank
+  std::vector<std::unique_ptr<CudaBackend>> backends_;  // by local position (local_[i] is backends_[i]'s rank)
   std::unique_ptr<NcclComms> comms_;                    // destroyed before the backends
-  int out_ = 0;
+  std::vector<int> local_;
+  int out_ = 0;                 // local position of the output rank, else of the broadcast's GPU
+  bool has_output_ = true;      // the output rank runs here
+  unsigned long long bcast_ = 0;  // several processes, no output rank here: where the broadcast logits land
   bool broken_ = false;  // a rank failed mid-run: the communicators are stopped
   int64_t position_ = 0;
 };
+
+// The fingerprint several processes compare: FNV-1a of the plan file's 32-byte header (it holds the payload's
+// size and hash, checked when the plan was loaded).
+uint64_t plan_fingerprint(const std::string& plan_path);
 
 // Whether a plan file holds GPU kernels (smelt-run's default backend: cuda if so, else cpu).
 bool plan_has_kernels(const Plan& plan);

@@ -62,6 +62,31 @@ func.func @kv_compressor_gate(%x: tensor<?x64xf32>) {
 
 // -----
 
+smelt.state @ip "index_pool" layer 0 : tensor<16x32xf32>
+func.func @indexer_scores_width(%q: tensor<?x64xf32>, %w: tensor<?x2xf32>) {
+  // expected-error @below {{index_pool @ip of shape [16,32] does not give one score per row (8) of head_dim 32}}
+  %s = smelt.indexer_scores %q, %w {index_pool = @ip, heads = 2 : i64, head_dim = 32 : i64, ratio = 1 : i64, variant = "v41", heads_total = 4 : i64} : (tensor<?x64xf32>, tensor<?x2xf32>) -> tensor<?x8xf32>
+  return
+}
+
+// -----
+
+func.func @indexer_scores_heads_total(%q: tensor<?x64xf32>, %w: tensor<?x2xf32>) {
+  // expected-error @below {{heads_total 1 is below this rank's heads 2}}
+  %s = smelt.indexer_scores %q, %w {index_pool = @ip, heads = 2 : i64, head_dim = 32 : i64, ratio = 1 : i64, variant = "v4", heads_total = 1 : i64} : (tensor<?x64xf32>, tensor<?x2xf32>) -> tensor<?x16xf32>
+  return
+}
+
+// -----
+
+func.func @indexer_select_v4_candidates(%s: tensor<?x16xf32>) {
+  // expected-error @below {{only v41 has a candidate level}}
+  %i, %c = smelt.indexer_select %s {ratio = 1 : i64, topk = 4 : i64, variant = "v4", candidate_blocks = 2 : i64, candidate_block_size = 2 : i64, is_candidate_source = 1 : i64} : (tensor<?x16xf32>) -> (tensor<?x4xi32>, tensor<?x2xi32>)
+  return
+}
+
+// -----
+
 func.func @indexer_cand_out(%q: tensor<?x64xf32>, %w: tensor<?x2xf32>) {
   // expected-error @below {{only a candidate source produces cand_out}}
   %i, %c = smelt.indexer_v41 %q, %w {index_pool = @ip, heads = 2 : i64, head_dim = 32 : i64, ratio = 1 : i64, topk = 4 : i64, candidate_blocks = 2 : i64, candidate_block_size = 2 : i64, is_candidate_source = 0 : i64} : (tensor<?x64xf32>, tensor<?x2xf32>) -> (tensor<?x4xi32>, tensor<?x2xi32>)
@@ -101,5 +126,31 @@ smelt.weight @w3 : tensor<32x16xi8> from "w3" file 0 offset 0
 func.func @experts_list(%x: tensor<?x32xf32>, %w: tensor<?x1xf32>, %i: tensor<?x1xi32>) {
   // expected-error @below {{expects 6 * n_experts = 6 expert weights (e0.w1, e0.w1.scale, e0.w2, e0.w2.scale, e0.w3, e0.w3.scale, e1.w1, ...), got 3}}
   %y = smelt.moe_experts %x, %w, %i {experts = [@w1, @w2, @w3], n_experts = 1 : i64, topk = 1 : i64, swiglu_limit = 10.0, act_quant = "fp8_e4m3_b32", variant = "v41"} : (tensor<?x32xf32>, tensor<?x1xf32>, tensor<?x1xi32>) -> tensor<?x32xf32>
+  return
+}
+
+// -----
+
+smelt.weight @t : tensor<20x32xf8E4M3FN> from "t" file 0 offset 0
+smelt.weight @ts : tensor<20x1xf8E8M0FNU> from "ts" file 0 offset 0
+func.func @engram_lookup_range(%h: tensor<?x4xi32>) {
+  // expected-error @below {{table rows 15 + 20 exceed rows_total 30}}
+  %e = smelt.engram_lookup %h {table = @t, table_scale = @ts, layer_index = 0 : i64, head_dim = 32 : i64, cols = 2 : i64, row_begin = 15 : i64, rows_total = 30 : i64} : (tensor<?x4xi32>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @engram_lookup_width(%h: tensor<?x4xi32>) {
+  // expected-error @below {{e (cols * head_dim) must have 64 columns, got 32}}
+  %e = smelt.engram_lookup %h {table = @t, table_scale = @ts, layer_index = 0 : i64, head_dim = 32 : i64, cols = 2 : i64, row_begin = 0 : i64, rows_total = 30 : i64} : (tensor<?x4xi32>) -> tensor<?x32xf32>
+  return
+}
+
+// -----
+
+func.func @engram_gate_width(%X: tensor<?x128xf32>, %e: tensor<?x32xf32>) {
+  // expected-error @below {{e (cols * head_dim) must have 64 columns, got 32}}
+  %y = smelt.engram_gate %X, %e {wkv = @wkv, wkv_scale = @wkvs, q_weight = @q, k_weight = @k, hc_mult = 2 : i64, dim = 64 : i64, head_dim = 32 : i64, cols = 2 : i64, eps = 1.0e-20} : (tensor<?x128xf32>, tensor<?x32xf32>) -> tensor<?x128xf32>
   return
 }

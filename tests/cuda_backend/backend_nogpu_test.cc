@@ -74,7 +74,7 @@ TEST(CudaPlan, InspectListsTheCubinsPerArch) {
   smelt::runtime::Plan plan = smelt::runtime::Plan::load(SMELT_CUDA_TEST_PLAN);
   auto j = smelt::runtime::inspect_json(plan);
   ASSERT_TRUE(j.contains("kernels"));
-  for (const char* arch : {"sm_80", "sm_120", "compute_120"}) {
+  for (const char* arch : {"sm_80", "sm_120", "compute_80", "compute_120"}) {
     ASSERT_TRUE(j["kernels"].contains(arch)) << arch;
     ASSERT_TRUE(j["kernels"][arch].contains("backend")) << arch;
     EXPECT_GT(j["kernels"][arch]["backend"].get<uint64_t>(), 1000u) << arch;

@@ -346,5 +346,58 @@ TEST(V41Engram, MatchesTheFloat64Formula) {
   EXPECT_THROW(engram::engram_forward(a, X.data(), out.data()), smelt::Error);
 }
 
+// The TP split (smelt-partition): each rank looks up only its row range of the table (zeros elsewhere); the
+// ranks' rows summed in rank order are the whole table's rows bit for bit (x + 0 = x), so the gate on them gives
+// engram_forward's output exactly.
+TEST(V41Engram, RowRangesSumToTheWholeLookup) {
+  Rng rng(43);
+  const int T = 7, n = 2, D = 64, hd = 64, cols = 4, rows_tab = 50, K = cols * hd, N = (n + 1) * D;
+  const auto table = e4m3_codes(rng, size_t(rows_tab) * hd), tscale = bytes(rng, size_t(rows_tab) * 2, 120, 130);
+  const auto wkv = e4m3_codes(rng, size_t(N) * K), wscale = bytes(rng, size_t(N / 32) * (K / 32), 114, 116);
+  Vec qw = rng.uniform(size_t(n) * D, 0.8, 1.2), kw = rng.uniform(size_t(n) * D, 0.8, 1.2);
+  Vec X = rng.normal(size_t(T) * n * D);
+  round_bf16_inplace(X.data(), X.size());
+  std::vector<int32_t> hashes(size_t(T) * cols);
+  for (auto& h : hashes) h = rng.integer(0, rows_tab - 1);
+  hashes[0] = 0, hashes[1] = 6, hashes[2] = 7, hashes[3] = rows_tab - 1;  // both sides of every cut
+  engram::EngramArgs a;
+  a.rows = T, a.hc_mult = n, a.dim = D, a.head_dim = hd, a.cols = cols, a.eps = 1e-20f;
+  a.table = table.data(), a.table_scale = tscale.data(), a.table_rows = rows_tab;
+  a.wkv = wkv.data(), a.wkv_scale = wscale.data(), a.q_weight = qw.data(), a.k_weight = kw.data();
+  a.hashes = hashes.data();
+  Vec whole(X.size());
+  engram::engram_forward(a, X.data(), whole.data());
+
+  const int cuts[] = {0, 7, 30, rows_tab};  // uneven ranges, as uneven shares give
+  Vec sum(size_t(T) * K, -0.0f);  // the all_reduce's exact identity (it starts from group[0]'s value)
+  std::vector<int> contributors(sum.size(), 0);
+  for (int k = 0; k < 3; ++k) {
+    engram::EngramArgs r = a;
+    r.row_begin = cuts[k], r.table_rows = cuts[k + 1] - cuts[k], r.rows_total = rows_tab;
+    r.table = table.data() + size_t(cuts[k]) * hd, r.table_scale = tscale.data() + size_t(cuts[k]) * (hd / 32);
+    Vec e(sum.size());
+    engram::engram_lookup(r, e.data());
+    for (size_t i = 0; i < e.size(); ++i) sum[i] += e[i], contributors[i] += e[i] != 0.0f;
+  }
+  Vec want(sum.size());  // the oracle: every hashed row decoded in the test (E4M3 x 2^(e-127), exact)
+  for (int t = 0; t < T; ++t)
+    for (int c = 0; c < cols; ++c)
+      for (int i = 0; i < hd; ++i) {
+        const int32_t row = hashes[size_t(t) * cols + c];
+        want[size_t(t) * K + c * hd + i] = quant::e4m3_decode(table[size_t(row) * hd + i]) *
+                                           std::ldexp(1.0f, int(tscale[size_t(row) * 2 + i / 32]) - 127);
+      }
+  expect_bit_identical(sum, want, "joined rows");
+  for (int c : contributors) EXPECT_LE(c, 1);
+  Vec out(X.size());
+  engram::engram_gate(a, sum.data(), X.data(), out.data());
+  expect_bit_identical(out, whole, "gate on the joined rows");
+  engram::EngramArgs r = a;
+  r.table_rows = 7, r.rows_total = rows_tab;
+  hashes[5] = rows_tab;  // outside the whole table: refused even by a rank that does not hold it
+  Vec e(sum.size());
+  EXPECT_THROW(engram::engram_lookup(r, e.data()), smelt::Error);
+}
+
 }  // namespace
 }  // namespace smelt::kernels

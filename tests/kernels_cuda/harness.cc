@@ -30,6 +30,7 @@ struct Api {
   CUresult (*cuModuleGetFunction)(void**, void*, const char*);
   CUresult (*cuLaunchKernel)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*,
                              void**, void**);
+  CUresult (*cuFuncSetAttribute)(void*, int, int);
 };
 Api api;
 
@@ -64,6 +65,7 @@ Gpu::Gpu() {
   sym(lib_, api.cuModuleLoadData, "cuModuleLoadData");
   sym(lib_, api.cuModuleGetFunction, "cuModuleGetFunction");
   sym(lib_, api.cuLaunchKernel, "cuLaunchKernel");
+  sym(lib_, api.cuFuncSetAttribute, "cuFuncSetAttribute");
   int n = 0;
   if (api.cuInit(0) != 0 || api.cuDeviceGetCount(&n) != 0 || n < 1) return;
   check(api.cuDeviceGet(&dev_, 0), "cuDeviceGet");
@@ -104,6 +106,8 @@ void Gpu::launch_raw(const std::string& family, const char* name, unsigned gx, u
   }
   void* f = nullptr;
   check(api.cuModuleGetFunction(&f, it->second, name), std::string("finding ") + name);
+  // Past 48 KB of dynamic shared memory a kernel must opt in (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8).
+  if (shmem > 48 * 1024) check(api.cuFuncSetAttribute(f, 8, int(shmem)), std::string("raising the shared memory of ") + name);
   check(api.cuLaunchKernel(f, gx, gy, gz, block, 1, 1, shmem, nullptr, args, nullptr), std::string("launching ") + name);
   check(api.cuCtxSynchronize(), std::string("running ") + name);
 }

@@ -3,6 +3,7 @@
 // warp-per-column kernels; the MoE decode GEMVs, the split router and the split attention against the one-launch
 // kernels (which test_kernels_gpu.cc checks against the C++ references). Shapes exercise partial column groups, more groups
 // than blocks (persistent blocks, both term buffers), invalid expert slots, and lists of several tiles.
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -100,6 +101,28 @@ TEST(CudaDecodeKernels, GemvFp8NanCodesMatchTheWarpPerColumnKernel) {
   gpu().launch("linear", "smelt_linear_fp8_aq", (N + 7) / 8, 1, 1, 256, 0, xu, xs, dr, dw, ds, rows, K, N, 32, 1.0f, 0);
   auto y = gpu().get<float>(dy, size_t(N)), r = gpu().get<float>(dr, size_t(N));
   expect_bits_equal(y.data(), r.data(), size_t(N), "fp8 with NaN codes");
+}
+
+// Not a check: the V4.1-Flash dense GEMV shapes once each, for a profiler (ncu --kernel-name smelt_gemv_fp8_aq ...
+// test_kernels_gpu --gtest_also_run_disabled_tests --gtest_filter='*RealShapes*'). Grid and cpb as the launcher.
+TEST(CudaDecodeKernels, DISABLED_GemvRealShapes) {
+  NEED_GPU();
+  const int sms = 132, blocks = 2 * sms;
+  const int shapes[][2] = {{8192, 5120}, {5120, 1536}, {1536, 32768}, {5120, 512}};
+  for (const auto& kn : shapes) {
+    const int K = kn[0], N = kn[1], nb = K / 32;
+    int cpb = std::max(1, 2 * 512 / nb);
+    cpb = std::min(std::min(cpb, std::max(1, N / blocks)), 32);
+    auto x = randn(size_t(K), 5, 1.f);
+    DevPtr dx = gpu().put(x), dw = gpu().put(codes(size_t(N) * K, 6));
+    DevPtr ds = gpu().put(e8m0(size_t((N + 31) / 32) * (K / 32), 7)), dy = gpu().alloc(size_t(N) * 4);
+    const unsigned grid = unsigned(std::min((N + cpb - 1) / cpb, blocks));
+    for (int rep = 0; rep < 2; ++rep)
+      gpu().launch("linear", "smelt_gemv_fp8_aq", grid, 1, 1, 512, smem(K, 1, cpb, 1, false), dx, dy, dw, ds, K, N, 32,
+                   1.0f, 0, cpb);
+    // The weight-only warp-per-column kernel (wo_a, --numerics fp32 plans) on the same weights.
+    gpu().launch("linear", "smelt_linear_fp8", unsigned((N + 7) / 8), 1, 1, 256, 0, dx, dy, dw, ds, 1, K, N, 32, 1.0f, 0);
+  }
 }
 
 struct ExpertW {  // kernels/moe/moe.cu ExpertW

@@ -318,6 +318,63 @@ TEST(CudaKernelsV41, IndexerV41TopkAndCandidateBlocks) {
   }
 }
 
+// The TP split of both indexers (smelt.indexer_scores / indexer_select): two ranks' partial scores (heads 0-1 and
+// 2-3; V4.1: terms rounded, sum not, rb 2; V4: the model's head count in the weight scale) against the cpu
+// indexer_scores, summed on the host (V4.1: rounded to bf16, the all_reduce's round), then the top-k kernel on the
+// sum against the cpu indexer_select on the same sum and (V4.1) against the whole indexer_v41.
+TEST(CudaKernelsV41, IndexerSplitPartialScoresAndSelection) {
+  NEED_GPU();
+  const int H = 4, half = 2, hd = 64, S = 48, rows = 6, topk = 8;
+  const int64_t p0 = 30;  // ratio 1: rows see 31 .. 36 entries
+  auto qv = bf16_values(randn(size_t(rows) * H * hd, 71)), w = bf16_values(randn(size_t(rows) * H, 72));
+  auto keys = bf16_values(randn(size_t(S) * hd, 73));
+  DevPtr dk = gpu().put(keys), st = smelt::test_cuda::step_info(gpu(), p0, rows);
+  DevPtr di = gpu().alloc(size_t(rows) * topk * 4);
+  for (int v41 : {1, 0}) {
+    std::vector<float> sum(size_t(rows) * S, 0.f);
+    for (int r = 0; r < 2; ++r) {
+      std::vector<float> qr, wr;
+      for (int i = 0; i < rows; ++i) {
+        qr.insert(qr.end(), qv.begin() + (i * H + r * half) * hd, qv.begin() + (i * H + r * half + half) * hd);
+        wr.insert(wr.end(), w.begin() + i * H + r * half, w.begin() + i * H + r * half + half);
+      }
+      k::IndexerScoresArgs a;
+      a.rows = rows, a.heads = half, a.head_dim = hd, a.ratio = 1, a.p0 = p0, a.width = S, a.q = qr.data();
+      a.w = wr.data(), a.keys = keys.data(), a.v41 = v41 != 0, a.heads_total = H;
+      std::vector<float> want(sum.size());
+      k::indexer_scores(a, want.data());  // entries past a row's visible count: 0 (the kernels leave them)
+      DevPtr dq = gpu().put(qr), dw = gpu().put(wr), sc = gpu().put(std::vector<float>(sum.size(), 0.f));
+      if (v41)
+        gpu().launch("indexer", "smelt_indexer_v41_scores", unsigned((S + 7) / 8), rows, 1, 256,
+                     unsigned(half * hd * 4), dq, dw, dk, int64_t(S), st, half, hd, 1, 2, sc);
+      else
+        gpu().launch("indexer", "smelt_indexer_scores", unsigned((S + 7) / 8), rows, 1, 256, unsigned(half * hd * 4),
+                     dq, dw, dk, int64_t(S), st, half, hd, 1, float(std::pow(double(hd), -0.5)),
+                     float(std::pow(double(H), -0.5)), sc);
+      std::vector<float> got = gpu().get<float>(sc, sum.size());
+      expect_close(got, want, v41 ? 1e-6 : 1e-5, v41 ? "v41 partial scores" : "v4 partial scores");
+      for (size_t x = 0; x < sum.size(); ++x) sum[x] += got[x];
+    }
+    if (v41)
+      for (float& x : sum) x = q::bf16_round(x);
+    k::IndexerSelectArgs s;
+    s.rows = rows, s.ratio = 1, s.topk = topk, s.p0 = p0, s.width = S, s.scores = sum.data(), s.v41 = v41 != 0;
+    std::vector<int32_t> want_idx(size_t(rows) * topk);
+    k::indexer_select(s, want_idx.data(), nullptr);
+    gpu().launch("indexer", "smelt_indexer_topk", rows, 1, 1, 1024, 0, gpu().put(sum), int64_t(S), st, 1, topk, v41,
+                 DevPtr(0), 0, 1, di);
+    EXPECT_EQ(gpu().get<int32_t>(di, want_idx.size()), want_idx) << "top-k on the joined scores, v41 " << v41;
+    if (v41) {  // the whole indexer (TP1) picks the same entries
+      k::IndexerV41Args a;
+      a.rows = rows, a.heads = H, a.head_dim = hd, a.ratio = 1, a.topk = topk, a.p0 = p0, a.q = qv.data();
+      a.w = w.data(), a.keys = keys.data();
+      std::vector<int32_t> whole(want_idx.size());
+      k::indexer_v41(a, whole.data(), nullptr);
+      EXPECT_EQ(want_idx, whole) << "split vs whole indexer_v41";
+    }
+  }
+}
+
 // ---- experts on quantized weights ------------------------------------------------------------------------------
 
 struct ExpertW {  // kernels/moe/moe.cu ExpertW
@@ -445,7 +502,7 @@ TEST(CudaKernelsV41, EngramGatherProjectGate) {
     std::vector<float> ref(X.size());
     k::engram::engram_forward(a, X.data(), ref.data());
     DevPtr dX = gpu().put(X), e = gpu().alloc(size_t(rows) * K * 4), kv = gpu().alloc(size_t(rows) * N * 4);
-    gpu().launch("engram", "smelt_engram_gather", cols, rows, 1, 128, 0, dh, stride, dtable, dts, int64_t(trows), hd, e);
+    gpu().launch("engram", "smelt_engram_gather", cols, rows, 1, 128, 0, dh, stride, dtable, dts, int64_t(trows), int64_t(0), hd, e);
     if (rb) {
       DevPtr xu = gpu().alloc(size_t(rows) * K * 4), xs = gpu().alloc(size_t(rows) * K / 32 * 4);
       gpu().launch("linear", "smelt_act_quant_b32", (K / 32 + 7) / 8, rows, 1, 256, 0, e, K, K, xu, xs);

@@ -36,6 +36,24 @@ __device__ void linear_body(const float* x, float* y, const void* w, const u8* w
   }
 }
 
+// One row (decode): dot_rows for a single row, as its own kernels so that the 4-row instance's registers do not
+// set their occupancy (88 -> ~40 registers on sm_90). The same per-lane chains and butterfly: the same bits.
+template <int FMT>
+__device__ void linear_r1_body(const float* x, float* y, const void* w, const u8* ws, int K, int N, int blk,
+                               float scale_after, int round) {
+  const int G = gridDim.y, g = blockIdx.y;
+  const i64 n_local = i64(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
+  if (n_local >= N) return;
+  const i64 n = i64(g) * N + n_local;
+  float out[1];
+  dot_rows<FMT, 1>(x + i64(g) * K, i64(G) * K, 1, w, ws, n, K, blk, out);
+  if ((threadIdx.x & 31) == 0) {
+    float v = out[0];
+    if (scale_after != 1.f) v = __fmul_rn(v, scale_after);
+    y[n] = round ? round_bf16(v) : v;
+  }
+}
+
 template <bool FP4>
 __device__ void linear_aq_body(const i32* xu, const float* xs, float* y, const u8* w, const u8* ws, int rows, int K,
                                int N, int blk, float scale_after, int round) {
@@ -98,4 +116,27 @@ extern "C" __global__ void smelt_act_quant_b32(const float* x, int ldx, int K, i
   const i64 r = blockIdx.y;
   if (b >= nb) return;
   act_quant_block(x + r * ldx + b * 32, xu + r * K + b * 32, xs + r * nb + b);
+}
+
+// One-row forms (launcher: rows == 1); the `rows` argument is kept so that both forms take the same arguments.
+// Written out (no macro): tests/kernels_cuda/test_nvrtc_compile.cc finds entry points in the source text.
+extern "C" __global__ void smelt_linear_f32_r1(const float* x, float* y, const void* w, const u8* ws, int, int K, int N,
+                                               int blk, float scale_after, int round) {
+  linear_r1_body<kWF32>(x, y, w, ws, K, N, blk, scale_after, round);
+}
+extern "C" __global__ void smelt_linear_bf16_r1(const float* x, float* y, const void* w, const u8* ws, int, int K,
+                                                int N, int blk, float scale_after, int round) {
+  linear_r1_body<kWBF16>(x, y, w, ws, K, N, blk, scale_after, round);
+}
+extern "C" __global__ void smelt_linear_f16_r1(const float* x, float* y, const void* w, const u8* ws, int, int K, int N,
+                                               int blk, float scale_after, int round) {
+  linear_r1_body<kWF16>(x, y, w, ws, K, N, blk, scale_after, round);
+}
+extern "C" __global__ void smelt_linear_fp8_r1(const float* x, float* y, const void* w, const u8* ws, int, int K, int N,
+                                               int blk, float scale_after, int round) {
+  linear_r1_body<kWFP8>(x, y, w, ws, K, N, blk, scale_after, round);
+}
+extern "C" __global__ void smelt_linear_fp4_r1(const float* x, float* y, const void* w, const u8* ws, int, int K, int N,
+                                               int blk, float scale_after, int round) {
+  linear_r1_body<kWFP4>(x, y, w, ws, K, N, blk, scale_after, round);
 }

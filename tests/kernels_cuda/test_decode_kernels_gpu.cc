@@ -103,6 +103,40 @@ TEST(CudaDecodeKernels, GemvFp8NanCodesMatchTheWarpPerColumnKernel) {
   expect_bits_equal(y.data(), r.data(), size_t(N), "fp8 with NaN codes");
 }
 
+// The one-row linears (smelt_linear_*_r1, decode) give the 4-row kernels' bits: plain and grouped (G = 3), every
+// weight format, K not a multiple of 256 (a lane's chain ends early).
+TEST(CudaDecodeKernels, OneRowLinearsEqualTheGeneralKernelsBitForBit) {
+  NEED_GPU();
+  const int K = 328, N = 37, G = 3;  // K % 8 == 0; FP8 blocks of 32 / FP4 scales per 32 need K % 32 only for FP4
+  for (const char* fmt : {"f32", "bf16", "f16", "fp8", "fp4"}) {
+    const std::string f = fmt;
+    const int Kf = f == "fp4" ? 320 : K;
+    size_t wbytes = size_t(G) * N * Kf * (f == "f32" ? 4 : (f == "bf16" || f == "f16") ? 2 : f == "fp8" ? 1 : 0);
+    if (f == "fp4") wbytes = size_t(G) * N * Kf / 2;
+    std::vector<uint8_t> w(wbytes);
+    std::mt19937 r(9);
+    for (auto& b : w) b = uint8_t(r());
+    if (f == "f32" || f == "bf16" || f == "f16")  // finite values: clear the exponent's top bit of every element
+      for (size_t i = 0; i < w.size(); ++i) {
+        const size_t el = f == "f32" ? 4 : 2;
+        if (i % el == el - 1) w[i] &= 0xBF;
+      }
+    if (f == "fp8") w = codes(w.size(), 9);
+    const size_t sn = f == "fp8" ? size_t(G) * ((N + 31) / 32) * ((Kf + 31) / 32) : size_t(G) * N * (Kf / 32);
+    auto s = e8m0(sn, 10);
+    auto x = randn(size_t(G) * Kf, 11, 1.f);
+    DevPtr dx = gpu().put(x), dw = gpu().put(w), ds = gpu().put(s);
+    DevPtr y0 = gpu().alloc(size_t(G) * N * 4), y1 = gpu().alloc(size_t(G) * N * 4);
+    const std::string general = "smelt_linear_" + f, one = general + "_r1";
+    for (int round : {0, 1}) {
+      gpu().launch("linear", general.c_str(), (N + 7) / 8, G, 1, 256, 0, dx, y0, dw, ds, 1, Kf, N, 32, 0.5f, round);
+      gpu().launch("linear", one.c_str(), (N + 7) / 8, G, 1, 256, 0, dx, y1, dw, ds, 1, Kf, N, 32, 0.5f, round);
+      auto a = gpu().get<float>(y0, size_t(G) * N), b = gpu().get<float>(y1, size_t(G) * N);
+      expect_bits_equal(b.data(), a.data(), a.size(), f + " round " + std::to_string(round));
+    }
+  }
+}
+
 // Not a check: the V4.1-Flash dense GEMV shapes once each, for a profiler (ncu --kernel-name smelt_gemv_fp8_aq ...
 // test_kernels_gpu --gtest_also_run_disabled_tests --gtest_filter='*RealShapes*'). Grid and cpb as the launcher.
 TEST(CudaDecodeKernels, DISABLED_GemvRealShapes) {

@@ -46,7 +46,7 @@ TEST(KernelsNvrtc, EntryPointsAreUniqueAndNamedByFamily) {
       EXPECT_TRUE(fresh) << name << " is defined by " << at->second << " and " << s.family;
     }
   // The families the launchers use, each with its main entry point.
-  for (const char* name : {"smelt_linear_bf16", "smelt_linear_fp8_aq", "smelt_linear_fp4_aq", "smelt_act_quant_b32",
+  for (const char* name : {"smelt_linear_bf16", "smelt_linear_fp8_r1", "smelt_linear_fp8_aq", "smelt_linear_fp4_aq", "smelt_act_quant_b32",
                            "smelt_rms_norm", "smelt_rope", "smelt_hc_mix_logits", "smelt_hc_sinkhorn",
                            "smelt_sparse_attention", "smelt_window_kv_update", "smelt_compressor_emit",
                            "smelt_kv_compressor_emit", "smelt_indexer_topk", "smelt_moe_route", "smelt_moe_combine",

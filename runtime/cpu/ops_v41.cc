@@ -146,6 +146,33 @@ void run_capture(const PreparedOp& p, const ExecContext& c) {
 
 }  // namespace
 
+// The EngramArgs of the lookup part (the table and its scale at weights w0, w0 + 1; the hash ids at input `hash_in`)
+// and of the gate part (wkv, its scale, q / k norm weights at w0 .. w0 + 3), shared by smelt.engram and its TP split.
+static void engram_lookup_args(const OpRef& op, PreparedOp& p, size_t w0, size_t hash_in) {
+  kernels::engram::EngramArgs& a = p.engram;
+  a.head_dim = int(op.i("head_dim"));
+  a.cols = int(op.i("cols"));
+  a.table = p.w_raw[w0];
+  a.table_scale = p.w_raw[w0 + 1];
+  a.table_rows = p.w_rows[w0];
+  a.hash_stride = int(p.in_w[hash_in]);
+  a.model_numerics = p.model_numerics;
+  p.layer_index = int(op.i("layer_index"));
+}
+static void engram_gate_args(const OpRef& op, PreparedOp& p, size_t w0) {
+  kernels::engram::EngramArgs& a = p.engram;
+  a.hc_mult = int(op.i("hc_mult"));
+  a.dim = int(op.i("dim"));
+  a.head_dim = int(op.i("head_dim"));
+  a.cols = int(op.i("cols"));
+  a.eps = float(op.f("eps"));
+  a.wkv = p.w_raw[w0];
+  a.wkv_scale = p.w_raw[w0 + 1];
+  a.q_weight = p.w[w0 + 2];
+  a.k_weight = p.w[w0 + 3];
+  a.model_numerics = p.model_numerics;
+}
+
 void prepare_op_v41(const Plan& plan, const OpRef& op, PreparedOp& p) {
   auto q = [&](size_t j) { return quant_weight(plan, op.weights[j], p.w_raw[j], op.weights[j + 1], p.w_raw[j + 1]); };
   switch (op.spec->kind) {
@@ -264,56 +291,21 @@ void prepare_op_v41(const Plan& plan, const OpRef& op, PreparedOp& p) {
       }
       break;
     }
-    case OpKind::Engram: {
+    case OpKind::Engram:  // lookup + gate in one op: the table at weights 0-1, the gate's weights at 2-5
       p.run = run_engram;
-      kernels::engram::EngramArgs& a = p.engram;
-      a.hc_mult = int(op.i("hc_mult"));
-      a.dim = int(op.i("dim"));
-      a.head_dim = int(op.i("head_dim"));
-      a.cols = int(op.i("cols"));
-      a.eps = float(op.f("eps"));
-      a.table = p.w_raw[0];
-      a.table_scale = p.w_raw[1];
-      a.table_rows = p.w_rows[0];
-      a.wkv = p.w_raw[2];
-      a.wkv_scale = p.w_raw[3];
-      a.q_weight = p.w[4];
-      a.k_weight = p.w[5];
-      a.hash_stride = int(p.in_w[1]);
-      a.model_numerics = p.model_numerics;
-      p.layer_index = int(op.i("layer_index"));
+      engram_lookup_args(op, p, 0, 1);
+      engram_gate_args(op, p, 2);
       break;
-    }
-    case OpKind::EngramLookup: {
+    case OpKind::EngramLookup:  // a TP rank's rows of the table (smelt-partition)
       p.run = run_engram_lookup;
-      kernels::engram::EngramArgs& a = p.engram;
-      a.head_dim = int(op.i("head_dim"));
-      a.cols = int(op.i("cols"));
-      a.table = p.w_raw[0];
-      a.table_scale = p.w_raw[1];
-      a.table_rows = p.w_rows[0];
-      a.row_begin = op.i("row_begin");
-      a.rows_total = op.i("rows_total");
-      a.hash_stride = int(p.in_w[0]);
-      a.model_numerics = p.model_numerics;
-      p.layer_index = int(op.i("layer_index"));
+      engram_lookup_args(op, p, 0, 0);
+      p.engram.row_begin = op.i("row_begin");
+      p.engram.rows_total = op.i("rows_total");
       break;
-    }
-    case OpKind::EngramGate: {
+    case OpKind::EngramGate:
       p.run = run_engram_gate;
-      kernels::engram::EngramArgs& a = p.engram;
-      a.hc_mult = int(op.i("hc_mult"));
-      a.dim = int(op.i("dim"));
-      a.head_dim = int(op.i("head_dim"));
-      a.cols = int(op.i("cols"));
-      a.eps = float(op.f("eps"));
-      a.wkv = p.w_raw[0];
-      a.wkv_scale = p.w_raw[1];
-      a.q_weight = p.w[2];
-      a.k_weight = p.w[3];
-      a.model_numerics = p.model_numerics;
+      engram_gate_args(op, p, 0);
       break;
-    }
     case OpKind::HcMean:
       p.run = run_hc_mean;
       p.hc_mult = int(op.i("hc_mult"));

@@ -308,9 +308,13 @@ void run_v4(Ctx& c) {
       const DeviceWeight *fn = weight(l, 0), *base = weight(l, 1), *scale = weight(l, 2);
       c.go("smelt_hc_mix_logits", unsigned(outs), R, 1, 1024, 0, l.in[0], len, ptr(fn), detail::float_dt(c, fn, "fn"),
            float(op.f("norm_eps")), int(op.s("variant") == "v41"), m);
-      c.go("smelt_hc_sinkhorn", cdiv(rows, 32), 1, 1, 32, 0, m, rows, n, ptr(base), detail::float_dt(c, base, "base"),
-           ptr(scale), detail::float_dt(c, scale, "scale"), int(op.i("sinkhorn_iters")), float(op.f("hc_eps")),
-           l.out[0], l.out[1], l.out[2]);
+      // A warp per row (lane per element of comb, same bits) while n * n fits a warp; SMELT_CUDA_DECODE_KERNELS=0:
+      // the serial kernel.
+      const bool warp = n <= 5 && detail::decode_kernels();
+      c.go(warp ? "smelt_hc_sinkhorn_warp" : "smelt_hc_sinkhorn", warp ? cdiv(rows, 4) : cdiv(rows, 32), 1, 1,
+           warp ? 128 : 32, 0, m, rows, n, ptr(base), detail::float_dt(c, base, "base"), ptr(scale),
+           detail::float_dt(c, scale, "scale"), int(op.i("sinkhorn_iters")), float(op.f("hc_eps")), l.out[0],
+           l.out[1], l.out[2]);
       break;
     }
     case OpKind::HcCollapse: {

@@ -137,6 +137,39 @@ TEST(CudaDecodeKernels, OneRowLinearsEqualTheGeneralKernelsBitForBit) {
   }
 }
 
+// The warp-per-row Sinkhorn gives the serial kernel's bits: hc_mult 1..5, iterations 0, 1, 20, rows 1 and 37,
+// f32 base / scale, logits with a wide spread (large exponents in the softmax).
+TEST(CudaDecodeKernels, SinkhornWarpEqualsTheSerialKernelBitForBit) {
+  NEED_GPU();
+  for (int n = 1; n <= 5; ++n)
+    for (int rows : {1, 37})
+      for (int iters : {0, 1, 20}) {
+        const int outs = (2 + n) * n;
+        auto m = randn(size_t(rows) * outs, uint32_t(100 + n * 7 + rows + iters), 3.f);
+        auto base = randn(size_t(outs), uint32_t(200 + n), 0.5f);
+        std::vector<float> scale = {0.7f, 1.3f, 2.1f};
+        DevPtr dm = gpu().put(m), db = gpu().put(base), dsc = gpu().put(scale);
+        DevPtr p0 = gpu().alloc(size_t(rows) * n * 4), q0 = gpu().alloc(size_t(rows) * n * 4);
+        DevPtr c0 = gpu().alloc(size_t(rows) * n * n * 4);
+        DevPtr p1 = gpu().alloc(size_t(rows) * n * 4), q1 = gpu().alloc(size_t(rows) * n * 4);
+        DevPtr c1 = gpu().alloc(size_t(rows) * n * n * 4);
+        const int f32 = 0;  // WFormat kWF32: the base / scale dtype code (hc kernels' wload)
+        const float eps = 1e-6f;
+        gpu().launch("hc", "smelt_hc_sinkhorn", (rows + 31) / 32, 1, 1, 32, 0, dm, rows, n, db, f32, dsc, f32, iters,
+                     eps, p0, q0, c0);
+        gpu().launch("hc", "smelt_hc_sinkhorn_warp", (rows + 3) / 4, 1, 1, 128, 0, dm, rows, n, db, f32, dsc, f32,
+                     iters, eps, p1, q1, c1);
+        const std::string what = "n " + std::to_string(n) + " rows " + std::to_string(rows) + " iters " +
+                                 std::to_string(iters);
+        auto a = gpu().get<float>(c0, size_t(rows) * n * n), b = gpu().get<float>(c1, size_t(rows) * n * n);
+        expect_bits_equal(b.data(), a.data(), a.size(), what + " comb");
+        a = gpu().get<float>(p0, size_t(rows) * n), b = gpu().get<float>(p1, size_t(rows) * n);
+        expect_bits_equal(b.data(), a.data(), a.size(), what + " pre");
+        a = gpu().get<float>(q0, size_t(rows) * n), b = gpu().get<float>(q1, size_t(rows) * n);
+        expect_bits_equal(b.data(), a.data(), a.size(), what + " post");
+      }
+}
+
 // Not a check: the V4.1-Flash dense GEMV shapes once each, for a profiler (ncu --kernel-name smelt_gemv_fp8_aq ...
 // test_kernels_gpu --gtest_also_run_disabled_tests --gtest_filter='*RealShapes*'). Grid and cpb as the launcher.
 TEST(CudaDecodeKernels, DISABLED_GemvRealShapes) {

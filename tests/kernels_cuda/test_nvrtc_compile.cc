@@ -47,7 +47,7 @@ TEST(KernelsNvrtc, EntryPointsAreUniqueAndNamedByFamily) {
     }
   // The families the launchers use, each with its main entry point.
   for (const char* name : {"smelt_linear_bf16", "smelt_linear_fp8_r1", "smelt_linear_fp8_aq", "smelt_linear_fp4_aq", "smelt_act_quant_b32",
-                           "smelt_rms_norm", "smelt_rope", "smelt_hc_mix_logits", "smelt_hc_sinkhorn",
+                           "smelt_rms_norm", "smelt_rope", "smelt_hc_mix_logits", "smelt_hc_sinkhorn", "smelt_hc_sinkhorn_warp",
                            "smelt_sparse_attention", "smelt_window_kv_update", "smelt_compressor_emit",
                            "smelt_kv_compressor_emit", "smelt_indexer_topk", "smelt_moe_route", "smelt_moe_combine",
                            "smelt_fake_quant", "smelt_engram_hash", "smelt_engram_gate", "smelt_dspark_pick",

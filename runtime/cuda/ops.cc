@@ -121,26 +121,6 @@ void linear(Ctx& c, DevPtr x, DevPtr y, const DeviceWeight* w, const DeviceWeigh
 
 namespace {
 
-struct AttnArgs {  // kernels/attention/attention.cu AttnArgs
-  DevPtr q, chunk_kv, idx;
-  int32_t k;
-  DevPtr sink;
-  int32_t sink_dt;
-  DevPtr ring;
-  int32_t R, window, ratio;
-  DevPtr pool;
-  int64_t pool_rows;
-  int32_t hd;
-  float scale;
-  int32_t v41, rb, dspark;
-};
-
-struct ExpertW {  // kernels/moe/moe.cu ExpertW
-  uint64_t base[6];
-  int64_t stride[6];
-  DevPtr table;
-};
-
 struct U64Pack {
   uint64_t v[480];
 };
@@ -371,7 +351,7 @@ void run_v4(Ctx& c) {
       break;
     }
     case OpKind::Rope: {
-      const detail::InvFreq f = detail::inv_freq_arg(c, detail::attr_s(op, "variant") == "v41");
+      const InvFreq f = detail::inv_freq_arg(c, detail::attr_s(op, "variant") == "v41");
       c.round_done = is_round(op);
       const int heads = int(op.i("heads"));  // a row's heads over up to 16 blocks
       c.go(c.round_done ? "smelt_rope_bf16" : "smelt_rope", R, unsigned(std::min(heads, 16)), 1, 128, 0, l.in[0],
@@ -388,7 +368,7 @@ void run_v4(Ctx& c) {
       const DevPtr kv = c.scratch(uint64_t(rows) * cw * 4), gate = c.scratch(uint64_t(rows) * cw * 4);
       detail::linear(c, l.in[0], kv, weight(l, 0), nullptr, rows, int(l.in_w[0]), cw, false, 1.f, 0, "wkv");
       detail::linear(c, l.in[0], gate, weight(l, 1), nullptr, rows, int(l.in_w[0]), cw, false, 1.f, 0, "wgate");
-      const detail::InvFreq f = detail::inv_freq_arg(c, false);
+      const InvFreq f = detail::inv_freq_arg(c, false);
       const DeviceWeight *ape = weight(l, 2), *norm = weight(l, 3);
       c.go("smelt_compressor_emit", unsigned(rows / ratio + 1), 1, 1, 256, 0, kv, gate, rows, l.step, l.state[0],
            int(l.state_rows[0]), l.state[1], int64_t(l.state_rows[1]), ptr(ape), detail::float_dt(c, ape, "ape"),

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "frontends/error.h"
+#include "runtime/cuda/kernel_args.h"
 #include "runtime/cuda/launch.h"
 #include "runtime/plan.h"
 
@@ -70,10 +71,6 @@ inline int float_dt(const Ctx& c, const DeviceWeight* w, const char* what) {
 inline DevPtr ptr(const DeviceWeight* w) { return w ? w->ptr : 0; }
 inline const DeviceWeight* weight(const OpLaunch& l, size_t j) { return j < l.w.size() ? l.w[j] : nullptr; }
 
-// RoPE inverse frequencies by value (kernels' InvFreq).
-struct InvFreq {
-  float v[256] = {};
-};
 InvFreq inv_freq_arg(const Ctx& c, bool v41);
 
 // Kernel-side layout of linear weights: format suffix and FP8 block.

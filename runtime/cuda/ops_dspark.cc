@@ -4,24 +4,6 @@
 
 namespace smelt::runtime::cuda::detail {
 
-namespace {
-
-struct AttnArgs {  // kernels/attention/attention.cu AttnArgs
-  DevPtr q, chunk_kv, idx;
-  int32_t k;
-  DevPtr sink;
-  int32_t sink_dt;
-  DevPtr ring;
-  int32_t R, window, ratio;
-  DevPtr pool;
-  int64_t pool_rows;
-  int32_t hd;
-  float scale;
-  int32_t v41, rb, dspark;
-};
-
-}  // namespace
-
 bool run_dspark(Ctx& c) {
   const OpLaunch& l = c.l;
   const OpRef& op = c.op();

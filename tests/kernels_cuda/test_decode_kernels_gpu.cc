@@ -3,20 +3,24 @@
 // warp-per-column kernels; the MoE decode GEMVs, the split router and the split attention against the one-launch
 // kernels (which test_kernels_gpu.cc checks against the C++ references). Shapes exercise partial column groups, more groups
 // than blocks (persistent blocks, both term buffers), invalid expert slots, and lists of several tiles.
-#include <algorithm>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
 
 #include "kernels/bf16.h"
 #include "kernels/quant/reference.h"
+#include "runtime/cuda/kernel_args.h"
 #include "tests/kernels_cuda/harness.h"
 
 namespace {
 
 using smelt::test_cuda::DevPtr;
+using smelt::runtime::cuda::AttnArgs;
+using smelt::runtime::cuda::ExpertW;
+using smelt::runtime::cuda::InvFreq;
 using smelt::test_cuda::Gpu;
 using smelt::test_cuda::gpu;
 using smelt::test_cuda::randn;
@@ -192,12 +196,6 @@ TEST(CudaDecodeKernels, DISABLED_GemvRealShapes) {
   }
 }
 
-struct ExpertW {  // kernels/moe/moe.cu ExpertW
-  uint64_t base[6];
-  int64_t stride[6];
-  DevPtr table;
-};
-
 TEST(CudaDecodeKernels, MoeDecodeGemvsEqualTheSlotKernels) {
   NEED_GPU();
   const int E = 5, D = 256, F = 96, topk = 3;
@@ -241,20 +239,6 @@ TEST(CudaDecodeKernels, MoeDecodeGemvsEqualTheSlotKernels) {
       expect_bits_equal(b.data(), a.data(), a.size(), what + " down");
     }
 }
-
-struct AttnArgs {  // kernels/attention/attention.cu AttnArgs
-  DevPtr q, chunk_kv, idx;
-  int32_t k;
-  DevPtr sink;
-  int32_t sink_dt;
-  DevPtr ring;
-  int32_t R, window, ratio;
-  DevPtr pool;
-  int64_t pool_rows;
-  int32_t hd;
-  float scale;
-  int32_t v41, rb, dspark;
-};
 
 TEST(CudaDecodeKernels, SplitAttentionEqualsTheOneBlockKernel) {
   NEED_GPU();
@@ -338,9 +322,7 @@ TEST(CudaDecodeKernels, RoundingEntryPointsEqualKernelThenRound) {
   gpu().launch("hc", "smelt_hc_expand_bf16", (D + 255) / 256, rows, n, 256, 0, dX, dy, dpost, dcomb, D, b);
   check(size_t(rows) * n * D, "hc_expand");
   // rope over 2 heads of 96 with 32 rotated channels, out of place and in place.
-  struct InvFreq {
-    float v[256];
-  } f{};
+  InvFreq f{};
   for (int i = 0; i < 16; ++i) f.v[i] = std::pow(10000.f, -float(i) / 16.f);
   DevPtr st = smelt::test_cuda::step_info(gpu(), 37, rows);
   gpu().launch("rope", "smelt_rope", rows, 1, 1, 128, 0, dX, a, st, 2, 96, 32, 0, f);

@@ -19,11 +19,13 @@
 #include "kernels/quant/reference.h"
 #include "kernels/rms_norm/reference.h"
 #include "kernels/rope/reference.h"
+#include "runtime/cuda/kernel_args.h"
 #include "tests/kernels_cuda/harness.h"
 
 namespace {
 
 using smelt::test_cuda::DevPtr;
+using smelt::runtime::cuda::AttnArgs;
 using smelt::test_cuda::Gpu;
 using smelt::test_cuda::gpu;
 using smelt::test_cuda::randn;
@@ -198,19 +200,6 @@ TEST(CudaKernels, HcMixSinkhornMatchesReference) {
 
 // ---- attention, indexer, routing -------------------------------------------------------------------------------
 
-struct AttnArgs {  // kernels/attention/attention.cu
-  DevPtr q, chunk_kv, idx;
-  int32_t k;
-  DevPtr sink;
-  int32_t sink_dt;
-  DevPtr ring;
-  int32_t R, window, ratio;
-  DevPtr pool;
-  int64_t pool_rows;
-  int32_t hd;
-  float scale;
-  int32_t v41, rb, dspark;
-};
 
 TEST(CudaKernels, SparseAttentionWindowPlusSelectedEntries) {
   NEED_GPU();

@@ -26,11 +26,14 @@
 #include "kernels/quant/reference.h"
 #include "kernels/rms_norm/reference.h"
 #include "kernels/rope/reference.h"
+#include "runtime/cuda/kernel_args.h"
 #include "tests/kernels_cuda/harness.h"
 
 namespace {
 
 using smelt::test_cuda::DevPtr;
+using smelt::runtime::cuda::ExpertW;
+using smelt::runtime::cuda::InvFreq;
 using smelt::test_cuda::Gpu;
 using smelt::test_cuda::gpu;
 using smelt::test_cuda::randn;
@@ -182,9 +185,6 @@ TEST(CudaKernelsV41, HcCollapseExpandMeanAreBitExact) {
 
 // ---- compressors -----------------------------------------------------------------------------------------------
 
-struct InvFreq {
-  float v[256];
-};
 InvFreq inv_freq_arg(const std::vector<float>& f) {
   InvFreq a{};
   std::copy(f.begin(), f.end(), a.v);
@@ -376,12 +376,6 @@ TEST(CudaKernelsV41, IndexerSplitPartialScoresAndSelection) {
 }
 
 // ---- experts on quantized weights ------------------------------------------------------------------------------
-
-struct ExpertW {  // kernels/moe/moe.cu ExpertW
-  uint64_t base[6];
-  int64_t stride[6];
-  DevPtr table;
-};
 
 // Experts (w1, w3 [F, D], w2 [D, F]) stored back to back per tensor kind, as the backend lays them out.
 struct Experts {

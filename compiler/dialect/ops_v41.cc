@@ -109,25 +109,39 @@ LogicalResult EngramOp::verify() {
   return expect_cols(*this, getResult(), n * d, "result");
 }
 
-LogicalResult EngramOp::verifySymbolUses(ST& st) {
-  const int64_t n = getHcMult(), d = getDim(), hd = getHeadDim(), c = getCols();
-  auto table = lookup_weight(*this, st, getTableAttr());
+// The Engram table (smelt.engram, smelt.engram_lookup): FP8 rows [rows, hd] with E8M0 scales per 32 channels;
+// `rows` gets the table's row count.
+template <typename Op>
+LogicalResult verify_engram_table(Op op, ST& st, int64_t hd, int64_t& rows) {
+  auto table = lookup_weight(op, st, op.getTableAttr());
   if (table && !llvm::isa<mlir::Float8E4M3FNType>(table.getTensorType().getElementType()))
-    return emitOpError() << "table " << getTableAttr() << " must be f8E4M3FN (FP8 rows with per-32 scales)";
-  if (failed(expect_weight(*this, st, "table", getTableAttr(), {-1, hd}))) return failure();
-  int64_t rows = dim(*this, st, getTableAttr(), 0);
-  auto ts = lookup_weight(*this, st, getTableScaleAttr());
+    return op.emitOpError() << "table " << op.getTableAttr() << " must be f8E4M3FN (FP8 rows with per-32 scales)";
+  if (failed(expect_weight(op, st, "table", op.getTableAttr(), {-1, hd}))) return failure();
+  rows = dim(op, st, op.getTableAttr(), 0);
+  auto ts = lookup_weight(op, st, op.getTableScaleAttr());
   if (ts && !llvm::isa<mlir::Float8E8M0FNUType>(ts.getTensorType().getElementType()))
-    return emitOpError() << "table_scale " << getTableScaleAttr() << " must be f8E8M0FNU";
-  if (failed(expect_weight(*this, st, "table_scale", getTableScaleAttr(), {rows, hd / 32}))) return failure();
+    return op.emitOpError() << "table_scale " << op.getTableScaleAttr() << " must be f8E8M0FNU";
+  return expect_weight(op, st, "table_scale", op.getTableScaleAttr(), {rows, hd / 32});
+}
+
+// The gate's weights (smelt.engram, smelt.engram_gate): FP8 wkv [(n + 1) d, c hd] with 32x32 scales, q / k norms.
+template <typename Op>
+LogicalResult verify_engram_gate_weights(Op op, ST& st, int64_t n, int64_t d, int64_t hd, int64_t c) {
   bool quantized = false;
-  if (failed(expect_linear_weight(*this, st, "wkv", getWkvAttr(), getWkvScaleAttr(), (n + 1) * d, c * hd, &quantized)))
+  if (failed(expect_linear_weight(op, st, "wkv", op.getWkvAttr(), op.getWkvScaleAttr(), (n + 1) * d, c * hd,
+                                  &quantized)))
     return failure();
-  auto wkv = lookup_weight(*this, st, getWkvAttr());
+  auto wkv = lookup_weight(op, st, op.getWkvAttr());
   if (wkv && !llvm::isa<mlir::Float8E4M3FNType>(wkv.getTensorType().getElementType()))
-    return emitOpError() << "wkv " << getWkvAttr() << " must be FP8 (f8E4M3FN with 32x32 block scales)";
-  if (failed(expect_weight(*this, st, "q_weight", getQWeightAttr(), {n, d}))) return failure();
-  return expect_weight(*this, st, "k_weight", getKWeightAttr(), {n, d});
+    return op.emitOpError() << "wkv " << op.getWkvAttr() << " must be FP8 (f8E4M3FN with 32x32 block scales)";
+  if (failed(expect_weight(op, st, "q_weight", op.getQWeightAttr(), {n, d}))) return failure();
+  return expect_weight(op, st, "k_weight", op.getKWeightAttr(), {n, d});
+}
+
+LogicalResult EngramOp::verifySymbolUses(ST& st) {
+  int64_t rows = 0;
+  if (failed(verify_engram_table(*this, st, getHeadDim(), rows))) return failure();
+  return verify_engram_gate_weights(*this, st, getHcMult(), getDim(), getHeadDim(), getCols());
 }
 
 // The TP halves of smelt.engram (smelt-partition): the lookup of a row range, and the gate on joined rows.
@@ -147,18 +161,11 @@ LogicalResult EngramLookupOp::verify() {
 }
 
 LogicalResult EngramLookupOp::verifySymbolUses(ST& st) {
-  const int64_t hd = getHeadDim();
-  auto table = lookup_weight(*this, st, getTableAttr());
-  if (table && !llvm::isa<mlir::Float8E4M3FNType>(table.getTensorType().getElementType()))
-    return emitOpError() << "table " << getTableAttr() << " must be f8E4M3FN (FP8 rows with per-32 scales)";
-  if (failed(expect_weight(*this, st, "table", getTableAttr(), {-1, hd}))) return failure();
-  int64_t rows = dim(*this, st, getTableAttr(), 0);
+  int64_t rows = 0;
+  if (failed(verify_engram_table(*this, st, getHeadDim(), rows))) return failure();
   if (getRowBegin() + rows > getRowsTotal())
     return emitOpError() << "table rows " << getRowBegin() << " + " << rows << " exceed rows_total " << getRowsTotal();
-  auto ts = lookup_weight(*this, st, getTableScaleAttr());
-  if (ts && !llvm::isa<mlir::Float8E8M0FNUType>(ts.getTensorType().getElementType()))
-    return emitOpError() << "table_scale " << getTableScaleAttr() << " must be f8E8M0FNU";
-  return expect_weight(*this, st, "table_scale", getTableScaleAttr(), {rows, hd / 32});
+  return success();
 }
 
 LogicalResult EngramGateOp::verify() {
@@ -176,15 +183,7 @@ LogicalResult EngramGateOp::verify() {
 }
 
 LogicalResult EngramGateOp::verifySymbolUses(ST& st) {
-  const int64_t n = getHcMult(), d = getDim(), hd = getHeadDim(), c = getCols();
-  bool quantized = false;
-  if (failed(expect_linear_weight(*this, st, "wkv", getWkvAttr(), getWkvScaleAttr(), (n + 1) * d, c * hd, &quantized)))
-    return failure();
-  auto wkv = lookup_weight(*this, st, getWkvAttr());
-  if (wkv && !llvm::isa<mlir::Float8E4M3FNType>(wkv.getTensorType().getElementType()))
-    return emitOpError() << "wkv " << getWkvAttr() << " must be FP8 (f8E4M3FN with 32x32 block scales)";
-  if (failed(expect_weight(*this, st, "q_weight", getQWeightAttr(), {n, d}))) return failure();
-  return expect_weight(*this, st, "k_weight", getKWeightAttr(), {n, d});
+  return verify_engram_gate_weights(*this, st, getHcMult(), getDim(), getHeadDim(), getCols());
 }
 
 // The TP halves of smelt.indexer_topk / smelt.indexer_v41 (smelt-partition): a rank's partial scores, the

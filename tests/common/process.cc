@@ -1,11 +1,16 @@
 #include "tests/common/process.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 
 namespace smelt::test_process {
 
@@ -47,6 +52,19 @@ std::string describe(const std::vector<std::string>& argv, const ProcessResult& 
   std::string s = "command:";
   for (const auto& a : argv) s += " " + a;
   return s + "\nexit " + std::to_string(r.rc) + "\nstdout: " + r.out.substr(0, 2000) + "\nstderr: " + r.err.substr(0, 4000);
+}
+
+int free_loopback_port() {
+  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  const bool ok = s >= 0 && ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+                  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  if (s >= 0) ::close(s);
+  if (!ok) throw std::runtime_error("cannot bind a TCP port on 127.0.0.1");
+  return ntohs(a.sin_port);
 }
 
 }  // namespace smelt::test_process

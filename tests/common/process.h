@@ -36,4 +36,8 @@ ProcessResult run_process(const std::vector<std::string>& argv, const std::files
 // The command, exit code and the start of stdout / stderr, for failure messages.
 std::string describe(const std::vector<std::string>& argv, const ProcessResult& r);
 
+// A 127.0.0.1 TCP port nothing listens on (bound, read back, closed) for a test's coordinator; throws
+// std::runtime_error when no port can be bound.
+int free_loopback_port();
+
 }  // namespace smelt::test_process

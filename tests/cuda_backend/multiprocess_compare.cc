@@ -34,6 +34,7 @@
 #include "frontends/safetensors.h"
 #include "runtime/cuda/driver.h"
 #include "runtime/plan.h"
+#include "tests/common/process.h"
 
 extern char** environ;
 
@@ -48,17 +49,7 @@ std::string slurp(const fs::path& p) {
   return ss.str();
 }
 
-int free_port() {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(s);
-  return ntohs(a.sin_port);
-}
+int free_port() { return smelt::test_process::free_loopback_port(); }
 
 struct Run {
   std::string name;

@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "frontends/error.h"
+#include "tests/common/process.h"
 
 namespace {
 
@@ -64,18 +65,7 @@ Hello hello(uint64_t hash, int world, std::vector<int32_t> ranks) {
 
 Endpoint local(int port) { return {"127.0.0.1", port}; }
 
-// A port nothing listens on (bound, read back, closed).
-int free_port() {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  socklen_t len = sizeof a;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(s);
-  return ntohs(a.sin_port);
-}
+int free_port() { return smelt::test_process::free_loopback_port(); }
 
 template <typename F>
 std::string error_of(F&& f) {

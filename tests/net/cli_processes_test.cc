@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "runtime/cuda/session_cuda.h"
+#include "tests/common/process.h"
 #include "tests/runtime/plan_builder.h"
 #include "tests/runtime/ranks_util.h"
 
@@ -126,17 +127,7 @@ void write_tp2_pp2(const std::string& path, const std::string& model_dir) {
   testing::PlanBuilder::write_bytes(path, testing::partitioned_file(ranks, 2, 2, model_dir));
 }
 
-int free_port() {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  socklen_t len = sizeof a;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(s);
-  return ntohs(a.sin_port);
-}
+int free_port() { return smelt::test_process::free_loopback_port(); }
 
 // Runs smelt-run once per argument string, all at the same time, with the stand-in libraries.
 std::vector<Result> run_together(const std::vector<std::string>& args) {

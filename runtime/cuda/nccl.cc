@@ -11,6 +11,7 @@
 
 #include "frontends/error.h"
 #include "runtime/cuda/driver.h"
+#include "runtime/net/bootstrap.h"
 
 namespace smelt::runtime::cuda {
 
@@ -49,19 +50,10 @@ std::unique_ptr<Nccl> open_nccl(const std::string& library) {
 
 std::vector<int64_t> pair_of(int64_t a, int64_t b) { return {std::min(a, b), std::max(a, b)}; }
 
-std::string members_of(const std::vector<int64_t>& key) {
-  std::string members;
-  for (int64_t m : key) {
-    if (!members.empty()) members += ',';
-    members += std::to_string(m);
-  }
-  return members;
-}
-
 void no_shared_gpu(const std::vector<int64_t>& key, const std::vector<int>& devs) {
   std::set<int> distinct(devs.begin(), devs.end());
   if (distinct.size() != devs.size())
-    throw Error("ranks " + members_of(key) + " exchange rows through NCCL but share a GPU: give every rank of a group its own " +
+    throw Error("ranks " + net::rank_list(key) + " exchange rows through NCCL but share a GPU: give every rank of a group its own " +
                 "GPU (--devices), or run the plan with --backend cpu");
 }
 
@@ -185,7 +177,7 @@ NcclComms::NcclComms(const std::vector<int>& devices, const std::vector<const Pl
         throw;
       }
       ncclResult_t end = n.ncclGroupEnd();
-      check_nccl(first ? first : end, ("creating the communicator of ranks " + members_of(key)).c_str());
+      check_nccl(first ? first : end, ("creating the communicator of ranks " + net::rank_list(key)).c_str());
     }
     if (world.size > 1) {
       make_device_current(world.device);

@@ -15,15 +15,6 @@ namespace smelt::runtime::cuda {
 
 namespace {
 
-std::string list(const std::vector<int>& v) {
-  std::string s;
-  for (int x : v) {
-    if (!s.empty()) s += ',';
-    s += std::to_string(x);
-  }
-  return s;
-}
-
 // The ranks this process runs: options.local_ranks (checked, sorted) or all of them.
 std::vector<int> ranks_here(const Plan& plan, int world, const BackendOptions& options) {
   std::vector<int> local = options.local_ranks;
@@ -37,7 +28,7 @@ std::vector<int> ranks_here(const Plan& plan, int world, const BackendOptions& o
     if (i && local[i] == local[i - 1]) throw Error("--ranks lists rank " + std::to_string(local[i]) + " twice");
   }
   if (int(local.size()) < world && options.coordinator.empty())
-    throw Error("--ranks " + list(local) + " runs part of " + plan.path() + "'s " + std::to_string(world) +
+    throw Error("--ranks " + net::rank_list(local) + " runs part of " + plan.path() + "'s " + std::to_string(world) +
                 " ranks: the others run in other processes, so give every process --coordinator HOST:PORT");
   return local;
 }

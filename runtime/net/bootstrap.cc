@@ -261,15 +261,6 @@ std::string claim_problem(const Hello& h, const std::string& who) {
 
 }  // namespace
 
-std::string rank_list(const std::vector<int32_t>& ranks) {
-  std::string s;
-  for (int32_t r : ranks) {
-    if (!s.empty()) s += ',';
-    s += std::to_string(r);
-  }
-  return s;
-}
-
 Endpoint parse_endpoint(const std::string& text, const std::string& flag, bool allow_zero) {
   size_t colon = text.rfind(':');
   Endpoint e;

@@ -75,7 +75,15 @@ class Coordinator {
 // hello and waits for the answer.
 Rendezvous join(const Endpoint& coordinator, const Hello& self, const Timing& timing = {});
 
-// "0,1,3" (for messages).
-std::string rank_list(const std::vector<int32_t>& ranks);
+// "0,1,3" (for messages; any integer rank type: the rendezvous's int32, the session's int, NCCL keys' int64).
+template <typename Int>
+std::string rank_list(const std::vector<Int>& ranks) {
+  std::string s;
+  for (Int r : ranks) {
+    if (!s.empty()) s += ',';
+    s += std::to_string(r);
+  }
+  return s;
+}
 
 }  // namespace smelt::net

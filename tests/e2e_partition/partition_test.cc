@@ -264,8 +264,9 @@ TEST_P(Partition, EveryConfigurationMatchesOneRank) {
     for (int64_t k = 0; k < kDecodeSteps; ++k)
       EXPECT_EQ(argmax(&got.rows[size_t((n_prompt - 1 + k) * got.vocab)], got.vocab), tokens[size_t(k)])
           << m.name << " " << c.name << ": greedy token " << k;
-    if (has_engram && !m.fp32)  // the Engram row split is exact: with the model's numerics every split here is
-      EXPECT_EQ(worst, 0.0) << m.name << " " << c.name << ": not bit-identical to TP1";
+    if (has_engram && !m.fp32) {  // the Engram row split is exact: with the model's numerics every split here is
+      EXPECT_EQ(worst, 0.0) << m.name << " " << c.name << ": not bit-identical to TP1";  // bit-identical to TP1
+    }
     if (has_engram && c.flags[0] == "--tp") {
       // Under TP the Engram tables (tiny_full has two Engram layers) are split by rows (engram_lookup of the
       // rank's rows, all_reduce, engram_gate), never replicated whole (smelt.engram).

@@ -130,20 +130,27 @@ __device__ __forceinline__ void hc_sinkhorn_body(const float* m, const void* bas
   for (int i = 0; i < N * N; ++i) cout[i] = c[i];
 }
 
+// Row r's slices of the Sinkhorn kernels' arguments and the three logit scales.
+struct SinkhornRow {
+  const float* m;
+  float s0, s1, s2;
+  float *pr, *po, *c;
+};
+__device__ __forceinline__ SinkhornRow sinkhorn_row(i64 r, const float* m_all, int n, const void* scale, int sdt,
+                                                    float* pre, float* post, float* comb) {
+  return {m_all + r * (2 + n) * n, wload(scale, 0, sdt), wload(scale, 1, sdt), wload(scale, 2, sdt),
+          pre + r * n, post + r * n, comb + r * n * n};
+}
+
 extern "C" __global__ void smelt_hc_sinkhorn(const float* m_all, int rows, int n, const void* base, int bdt,
                                              const void* scale, int sdt, int iters, float hc_eps, float* pre,
                                              float* post, float* comb) {
   const int r = blockIdx.x * blockDim.x + threadIdx.x;
   if (r >= rows) return;
-  const int outs = (2 + n) * n;
-  const float* m = m_all + i64(r) * outs;
-  const float s0 = wload(scale, 0, sdt), s1 = wload(scale, 1, sdt), s2 = wload(scale, 2, sdt);
-  float* pr = pre + i64(r) * n;
-  float* po = post + i64(r) * n;
-  float* c = comb + i64(r) * n * n;
+  const SinkhornRow x = sinkhorn_row(r, m_all, n, scale, sdt, pre, post, comb);
   switch (n) {
 #define SMELT_HC_SK(N) \
-  case N: hc_sinkhorn_body<N>(m, base, bdt, s0, s1, s2, iters, hc_eps, pr, po, c); break;
+  case N: hc_sinkhorn_body<N>(x.m, base, bdt, x.s0, x.s1, x.s2, iters, hc_eps, x.pr, x.po, x.c); break;
     SMELT_HC_SK(1) SMELT_HC_SK(2) SMELT_HC_SK(3) SMELT_HC_SK(4) SMELT_HC_SK(5) SMELT_HC_SK(6) SMELT_HC_SK(7)
     SMELT_HC_SK(8)
 #undef SMELT_HC_SK
@@ -196,18 +203,13 @@ extern "C" __global__ void smelt_hc_sinkhorn_warp(const float* m_all, int rows, 
                                                   float* post, float* comb) {
   const int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (r >= rows) return;  // per warp: the shuffles below see whole warps
-  const int outs = (2 + n) * n;
-  const float* m = m_all + i64(r) * outs;
-  const float s0 = wload(scale, 0, sdt), s1 = wload(scale, 1, sdt), s2 = wload(scale, 2, sdt);
-  float* pr = pre + i64(r) * n;
-  float* po = post + i64(r) * n;
-  float* c = comb + i64(r) * n * n;
+  const SinkhornRow x = sinkhorn_row(r, m_all, n, scale, sdt, pre, post, comb);
   switch (n) {
-    case 1: hc_sinkhorn_warp_body<1>(m, base, bdt, s0, s1, s2, iters, hc_eps, pr, po, c); break;
-    case 2: hc_sinkhorn_warp_body<2>(m, base, bdt, s0, s1, s2, iters, hc_eps, pr, po, c); break;
-    case 3: hc_sinkhorn_warp_body<3>(m, base, bdt, s0, s1, s2, iters, hc_eps, pr, po, c); break;
-    case 4: hc_sinkhorn_warp_body<4>(m, base, bdt, s0, s1, s2, iters, hc_eps, pr, po, c); break;
-    case 5: hc_sinkhorn_warp_body<5>(m, base, bdt, s0, s1, s2, iters, hc_eps, pr, po, c); break;
+    case 1: hc_sinkhorn_warp_body<1>(x.m, base, bdt, x.s0, x.s1, x.s2, iters, hc_eps, x.pr, x.po, x.c); break;
+    case 2: hc_sinkhorn_warp_body<2>(x.m, base, bdt, x.s0, x.s1, x.s2, iters, hc_eps, x.pr, x.po, x.c); break;
+    case 3: hc_sinkhorn_warp_body<3>(x.m, base, bdt, x.s0, x.s1, x.s2, iters, hc_eps, x.pr, x.po, x.c); break;
+    case 4: hc_sinkhorn_warp_body<4>(x.m, base, bdt, x.s0, x.s1, x.s2, iters, hc_eps, x.pr, x.po, x.c); break;
+    case 5: hc_sinkhorn_warp_body<5>(x.m, base, bdt, x.s0, x.s1, x.s2, iters, hc_eps, x.pr, x.po, x.c); break;
     default: break;  // the launcher sends hc_mult > 5 to smelt_hc_sinkhorn
   }
 }

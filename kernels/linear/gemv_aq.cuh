@@ -148,31 +148,18 @@ __device__ __forceinline__ float block_dot_staged(const double* xq, int b, const
   return __double2float_rn((s0 + s1) * 0x1p1007);
 }
 
-template <bool FP4>
-__device__ __forceinline__ float block_dot_staged(const i32* xq, int b, const WBlock<FP4>& wq) {
+// FP4: the exact integer block sum of the staged i32 units (XStage<true>) times four E2M1 nibbles at a time.
+__device__ __forceinline__ float block_dot_staged(const i32* xq, int b, const WBlock<true>& wq) {
   const int4* xb = reinterpret_cast<const int4*>(xq) + b * 8;
-  if (FP4) {
-    const u32 u[4] = {wq.q[0].x, wq.q[0].y, wq.q[0].z, wq.q[0].w};
-    i32 s = 0;  // |sum| <= 32 * 229376 * 12 < 2^31
+  const u32 u[4] = {wq.q[0].x, wq.q[0].y, wq.q[0].z, wq.q[0].w};
+  i32 s = 0;  // |sum| <= 32 * 229376 * 12 < 2^31
 #pragma unroll
-    for (int c = 0; c < 8; ++c) {
-      const int4 x = xb[(c + b) & 7];
-      const u32 w4 = e2m1_units4(u[c >> 1] >> (16 * (c & 1)));  // elements 4c .. 4c+3
-      s += x.x * sbyte<0>(w4) + x.y * sbyte<1>(w4) + x.z * sbyte<2>(w4) + x.w * sbyte<3>(w4);
-    }
-    return __int2float_rn(s) * 0.0009765625f;  // units 2^-9 * 0.5
-  } else {
-    const u32 u[8] = {wq.q[0].x, wq.q[0].y, wq.q[0].z, wq.q[0].w, wq.q[1].x, wq.q[1].y, wq.q[1].z, wq.q[1].w};
-    i64 s = 0;
-#pragma unroll
-    for (int c = 0; c < 8; ++c) {
-      const int4 x = xb[(c + b) & 7];
-      const u32 v = u[c];
-      s += i64(x.x) * e4m3_units(u8(v)) + i64(x.y) * e4m3_units(u8(v >> 8)) + i64(x.z) * e4m3_units(u8(v >> 16)) +
-           i64(x.w) * e4m3_units(u8(v >> 24));
-    }
-    return __ll2float_rn(s) * 3.814697265625e-06f;  // 2^-18
+  for (int c = 0; c < 8; ++c) {
+    const int4 x = xb[(c + b) & 7];
+    const u32 w4 = e2m1_units4(u[c >> 1] >> (16 * (c & 1)));  // elements 4c .. 4c+3
+    s += x.x * sbyte<0>(w4) + x.y * sbyte<1>(w4) + x.z * sbyte<2>(w4) + x.w * sbyte<3>(w4);
   }
+  return __int2float_rn(s) * 0.0009765625f;  // units 2^-9 * 0.5
 }
 
 // Weight block b of row n and its scale (FP8: E4M3 [N, K], E8M0 [ceil(N/blk), ceil(K/blk)]; FP4: packed

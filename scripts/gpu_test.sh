@@ -9,7 +9,6 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 CARRY=$(cd "${1:-gpu_carry}" && pwd)
 BUILD=${BUILD:-build-gpu}
-JOBS=${JOBS:-$(nproc)}
 export PATH=/usr/local/cuda/bin:$PATH
 
 "$ROOT/scripts/gpu_build.sh" "$CARRY"

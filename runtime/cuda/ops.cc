@@ -87,6 +87,11 @@ unsigned gemv_smem(int K, int rows_staged, int cpb, int terms_per_item, bool fp8
   return unsigned(rows_staged * (K * x_bytes + (K / 32) * 4) + 2 * cpb * terms_per_item * (K / 32 + 1) * 4);
 }
 
+std::string weight_only_kernel(const LinearW& f, int rows) {
+  // One row: the _r1 kernels (the same bits, fewer registers; SMELT_CUDA_DECODE_KERNELS=0 switches them off).
+  return std::string("smelt_linear_") + f.fmt + (rows == 1 && decode_kernels() ? "_r1" : "");
+}
+
 void linear(Ctx& c, DevPtr x, DevPtr y, const DeviceWeight* w, const DeviceWeight* s, int rows, int K, int N, bool aq,
             float scale_after, int round, const char* what) {
   const LinearW f = linear_format(c, w, s, what);
@@ -111,8 +116,7 @@ void linear(Ctx& c, DevPtr x, DevPtr y, const DeviceWeight* w, const DeviceWeigh
          scale_after, int(round));
     return;
   }
-  // One row: the _r1 kernels (the same bits, fewer registers; SMELT_CUDA_DECODE_KERNELS=0 switches them off).
-  const std::string name = std::string("smelt_linear_") + f.fmt + (rows == 1 && decode_kernels() ? "_r1" : "");
+  const std::string name = weight_only_kernel(f, rows);
   c.go(name.c_str(), cdiv(N, 8), 1, 1, 256, 0, x, y, wp, sp, int(rows), int(K), int(N), int(f.blk), scale_after,
        int(round));
 }
@@ -343,8 +347,7 @@ void run_v4(Ctx& c) {
       const int G = int(op.i("groups")), K = int(l.in_w[0] / G), N = int(l.out_w[0] / G);
       const detail::LinearW f = detail::linear_format(c, weight(l, 0), weight(l, 1), "weight");
       if (K % 8) c.fail("the cuda linear kernels need K % 8 == 0, got " + std::to_string(K));
-      // FP8 wo_a: exact dequant, fp32 (as cpu); one row: the _r1 kernels (same bits).
-      const std::string name = std::string("smelt_linear_") + f.fmt + (rows == 1 && detail::decode_kernels() ? "_r1" : "");
+      const std::string name = detail::weight_only_kernel(f, rows);  // FP8 wo_a: exact dequant, fp32 (as cpu)
       c.go(name.c_str(), cdiv(N, 8), unsigned(G), 1, 256, 0, l.in[0], l.out[0], ptr(weight(l, 0)), ptr(weight(l, 1)),
            rows, K, N, int(f.blk), 1.0f, int(is_round(op)));
       c.round_done = true;

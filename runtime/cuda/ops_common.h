@@ -92,6 +92,8 @@ inline unsigned gemv_blocks(const OpLaunch& l) { return unsigned(2 * (l.sms > 0 
 bool decode_kernels();
 int gemv_cpb(int nb, int64_t cols, unsigned blocks);  // output columns per block group
 unsigned gemv_smem(int K, int rows_staged, int cpb, int terms_per_item, bool fp8);
+// The warp-per-column linear kernel for format f (weight-only dequant, fp32 math) at `rows` rows.
+std::string weight_only_kernel(const LinearW& f, int rows);
 
 // y = x W^T on `rows` rows (x row stride K), through the linear family's kernels; act quant when `aq` (needs
 // a quantized weight), bf16 output when `round`.

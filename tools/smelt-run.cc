@@ -140,7 +140,8 @@ int32_t sample_next(S& session, smelt::runtime::Sampler& sampler, std::span<cons
       return v && *v && std::string(v) != "0";
     }();
     // Several processes sample on the host from the broadcast logits: the same token in every process.
-    if (!host && !session.several_processes() && session.backend().can_sample()) return session.backend().sample(sampler.params(), sampler.next_step());
+    if (!host && !session.several_processes() && session.backend().can_sample())
+      return session.backend().sample(sampler.params(), sampler.next_step());
   }
   return sampler.sample(row);
 }
@@ -177,7 +178,8 @@ int generate_on(const GenerateArgs& a, std::unique_ptr<S> session) {
   double prefill_ms = ms_since(t0);
   std::vector<int32_t> tokens;
   double decode_ms = 0.0;
-  if (a.max_new_tokens > 0) tokens.push_back(sample_next(*session, sampler, row(logits, int64_t(prompt.size()) - 1, vocab)));
+  if (a.max_new_tokens > 0)
+    tokens.push_back(sample_next(*session, sampler, row(logits, int64_t(prompt.size()) - 1, vocab)));
   // DSpark: after each decode step (the main model fed the token at position t and produced the next one),
   // one drafting step from that token; it leaves the sequence as it was.
   nlohmann::ordered_json drafts = nlohmann::ordered_json::array();

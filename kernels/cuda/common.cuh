@@ -29,6 +29,24 @@ struct StepInfo {
 // Weight element types the float-weight kernels accept (plan DType values of schemas/plan.fbs).
 enum WDType { kF32 = 0, kBF16 = 1, kF16 = 2 };
 
+// Programmatic dependent launch (sm_90+; the runtime launches with it where the arch has it, SMELT_CUDA_PDL=0 off):
+// the next kernel of the stream may be scheduled while this one finishes, so every kernel entry calls
+// grid_dep_wait() before it touches global memory (it returns once the previous kernel has completed and its writes
+// are visible; a no-op without a programmatic dependency or below sm_90), then grid_dep_launch() to let its own
+// successor be scheduled once all of this grid's blocks are resident.
+__device__ __forceinline__ void grid_dep_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void grid_dep_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+// Both, at the top of every extern "C" kernel.
+#define SMELT_KERNEL_PROLOGUE() (smelt_dev::grid_dep_wait(), smelt_dev::grid_dep_launch())
+
 __device__ __forceinline__ float bf16_to_f32(u16 h) { return __uint_as_float(u32(h) << 16); }
 
 // IEEE half -> float, by bits (no cuda_fp16.h).

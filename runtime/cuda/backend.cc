@@ -181,6 +181,7 @@ CudaBackend::CudaBackend(const Plan& plan, const BackendOptions& o) : plan_(plan
       l.scratch = scratch_;
       l.backend = this;
       l.sms = dev_.sms;
+      l.arch = arch_num(arch_);
       if (op.inputs.size() > std::size(l.in) || op.outputs.size() > std::size(l.out) ||
           op.states.size() > std::size(l.state))
         plan.fail(op, "has more operands than the cuda backend holds per op");

@@ -50,6 +50,7 @@ struct OpLaunch {
   DevPtr scratch = 0;                    // per-op scratch, as large as the launcher asked at prepare time
   Launcher* backend = nullptr;
   int sms = 0;                           // the GPU's multiprocessors (sizes persistent grids; 0 = unknown)
+  int arch = 0;                          // the loaded cubins' arch, 90 for sm_90 (picks arch-only kernels; 0 = unknown)
 };
 
 // Backend services: look up a kernel function of the plan's modules and launch it on the op's stream.

@@ -68,6 +68,14 @@ bool decode_kernels() {
   return on;
 }
 
+bool mma_kernels(const OpLaunch& l, int min_arch) {
+  static const bool on = [] {
+    const char* v = std::getenv("SMELT_CUDA_MMA");
+    return !(v && std::string(v) == "0");
+  }();
+  return on && decode_kernels() && l.arch >= min_arch;
+}
+
 int gemv_cpb(int nb, int64_t cols, unsigned blocks) {
   // ~2 items per thread per group, but enough groups to give every block work. SMELT_GEMV_ITEMS (1..8) overrides
   // the 2 for tuning runs: more items per group = more weight bytes per fold of nb serial adds, but more shared

@@ -90,6 +90,10 @@ constexpr unsigned kGemvMaxSmem = 96 * 1024;
 inline unsigned gemv_blocks(const OpLaunch& l) { return unsigned(2 * (l.sms > 0 ? l.sms : 132)); }
 // $SMELT_CUDA_DECODE_KERNELS=0: the warp-per-column kernels at decode too (A/B timing, bisecting).
 bool decode_kernels();
+// Tensor-core decode kernels (mma.sync) on an arch of at least `min_arch` (80: f16 MMA, 89: FP8 MMA), unless
+// $SMELT_CUDA_MMA=0 asks for the CUDA-core kernels, which give the cpu backend's bits exactly (the tensor-core
+// block sums are within a stated tolerance of them, not bit-identical: docs/performance.md "Tensor-core decode").
+bool mma_kernels(const OpLaunch& l, int min_arch);
 int gemv_cpb(int nb, int64_t cols, unsigned blocks);  // output columns per block group
 unsigned gemv_smem(int K, int rows_staged, int cpb, int terms_per_item, bool fp8);
 // The warp-per-column linear kernel for format f (weight-only dequant, fp32 math) at `rows` rows.

@@ -171,6 +171,7 @@ __device__ void attend(const AttnArgs& a, const StepInfo* step, int T, float* ou
 
 // grid (rows, heads), block 128. head_dim <= 512.
 extern "C" __global__ void smelt_sparse_attention(AttnArgs a, const StepInfo* step, int rows, float* out) {
+  SMELT_KERNEL_PROLOGUE();
   attend(a, step, rows, out);
 }
 
@@ -178,6 +179,7 @@ extern "C" __global__ void smelt_sparse_attention(AttnArgs a, const StepInfo* st
 // the attention of the same chunk (it overwrites slots that attention read).
 extern "C" __global__ void smelt_window_kv_update(const float* kv, int rows, int hd, const StepInfo* step, float* ring,
                                                   int R) {
+  SMELT_KERNEL_PROLOGUE();
   const int t = blockIdx.x;
   if (t < rows - R) return;
   const i64 pos = step->p0 + t;

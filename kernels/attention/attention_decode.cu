@@ -39,6 +39,7 @@ __device__ __forceinline__ DecList dec_list(const AttnArgs& a, i64 p0) {
 
 extern "C" __global__ void smelt_attn_dec_scores(AttnArgs a, const StepInfo* step, int Lmax, int tiles, float* sc,
                                                  float* tmax) {
+  SMELT_KERNEL_PROLOGUE();
   __shared__ float qs[kMaxHd];
   __shared__ float ts[kTile];
   const int t0 = blockIdx.x, h = blockIdx.y, H = gridDim.y, hd = a.hd;
@@ -78,6 +79,7 @@ extern "C" __global__ void smelt_attn_dec_scores(AttnArgs a, const StepInfo* ste
 
 extern "C" __global__ void smelt_attn_dec_tiles(AttnArgs a, const StepInfo* step, int Lmax, int tiles, const float* sc,
                                                 const float* tmax, float* psum_out, float* nmax_out, float* pv_out) {
+  SMELT_KERNEL_PROLOGUE();
   __shared__ float pr[kTile];
   __shared__ const float* ptr[kTile];
   const int t0 = blockIdx.x, h = blockIdx.y, hd = a.hd;
@@ -135,6 +137,7 @@ extern "C" __global__ void smelt_attn_dec_tiles(AttnArgs a, const StepInfo* step
 // round: the op's `round = "bf16"` applied to the output here (no separate launch).
 extern "C" __global__ void smelt_attn_dec_merge(AttnArgs a, const StepInfo* step, int tiles, const float* psum,
                                                 const float* nmax, const float* pv, int round, float* out) {
+  SMELT_KERNEL_PROLOGUE();
   const int h = blockIdx.x, hd = a.hd, tid = threadIdx.x;
   const i64 p0 = step->p0;
   const DecList dl = dec_list(a, p0);

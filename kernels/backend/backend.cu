@@ -1,8 +1,9 @@
 // The cuda backend's own kernels (runtime/cuda/backend.cc), not tied to any op: synthetic weights for
 // `--synthetic-weights SEED` and the `round = "bf16"` attribute every op may carry. No toolkit headers.
 
-typedef unsigned long long u64;
-typedef unsigned int u32;
+#include "kernels/cuda/common.cuh"
+
+using namespace smelt_dev;
 
 // splitmix64 of (seed, index): a counter-based generator, so every element is independent of the launch shape.
 __device__ __forceinline__ u64 smelt_mix(u64 seed, u64 i) {
@@ -19,12 +20,14 @@ __device__ __forceinline__ float smelt_uniform(u64 seed, u64 i, float amp) {
 }
 
 extern "C" __global__ void smelt_synth_f32(float* p, u64 n, u64 seed, float amp) {
+  SMELT_KERNEL_PROLOGUE();
   for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
     p[i] = smelt_uniform(seed, i, amp);
 }
 
 // bf16 = the top 16 bits of the float (the values are exact multiples well inside bf16's range).
 extern "C" __global__ void smelt_synth_bf16(unsigned short* p, u64 n, u64 seed, float amp) {
+  SMELT_KERNEL_PROLOGUE();
   for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
     float f = smelt_uniform(seed, i, amp);
     p[i] = (unsigned short)(__float_as_uint(f) >> 16);
@@ -34,6 +37,7 @@ extern "C" __global__ void smelt_synth_bf16(unsigned short* p, u64 n, u64 seed, 
 // Raw bytes: E4M3 codes with exponent field <= 7 (|x| < 2, never NaN), E8M0 scales in [lo, hi] (127 = 2^0),
 // packed FP4 (every nibble is a valid E2M1 code).
 extern "C" __global__ void smelt_synth_e4m3(unsigned char* p, u64 n, u64 seed) {
+  SMELT_KERNEL_PROLOGUE();
   for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
     u32 r = (u32)smelt_mix(seed, i);
     p[i] = (unsigned char)((r & 0x80u) | (((r >> 8) & 7u) << 3) | ((r >> 16) & 7u));
@@ -41,23 +45,27 @@ extern "C" __global__ void smelt_synth_e4m3(unsigned char* p, u64 n, u64 seed) {
 }
 
 extern "C" __global__ void smelt_synth_e8m0(unsigned char* p, u64 n, u64 seed, u32 lo, u32 hi) {
+  SMELT_KERNEL_PROLOGUE();
   for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
     p[i] = (unsigned char)(lo + (u32)(smelt_mix(seed, i) % (u64)(hi - lo + 1)));
 }
 
 extern "C" __global__ void smelt_synth_bytes(unsigned char* p, u64 n, u64 seed) {
+  SMELT_KERNEL_PROLOGUE();
   for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
     p[i] = (unsigned char)smelt_mix(seed, i);
 }
 
 // Integers uniform in [0, range) (range 0: zeros), e.g. a hash-routing table tid2eid.
 extern "C" __global__ void smelt_synth_i32(int* p, u64 n, u64 seed, u32 range) {
+  SMELT_KERNEL_PROLOGUE();
   for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
     p[i] = range ? (int)(smelt_mix(seed, i) % range) : 0;
 }
 
 // x <- bf16(x), round to nearest even; NaN stays NaN (what kernels/bf16.h does on the cpu).
 extern "C" __global__ void smelt_round_bf16(float* x, u64 n) {
+  SMELT_KERNEL_PROLOGUE();
   for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
     u32 u = __float_as_uint(x[i]);
     if ((u & 0x7fffffffu) > 0x7f800000u) {
@@ -72,6 +80,7 @@ extern "C" __global__ void smelt_round_bf16(float* x, u64 n) {
 // Busy-waits `ns` nanoseconds of GPU time (the global timer): `smelt-run bench` holds the stream with it while the
 // host queues a profiled step, so the per-kernel events measure GPU time, not launch gaps.
 extern "C" __global__ void smelt_spin_ns(u64 ns) {
+  SMELT_KERNEL_PROLOGUE();
   u64 t0, t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
   do {

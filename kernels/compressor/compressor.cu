@@ -66,6 +66,7 @@ extern "C" __global__ void smelt_compressor_emit(const float* kv, const float* g
                                                  const float* ring, int R, float* pool, i64 pool_rows,
                                                  const void* ape, int ape_dt, const void* norm, int norm_dt, int ratio,
                                                  int hd, int overlap, float eps, int rope_dim, InvFreq f) {
+  SMELT_KERNEL_PROLOGUE();
   __shared__ float entry[kMaxHd];
   __shared__ double red[32];
   const i64 p0 = step->p0;
@@ -112,6 +113,7 @@ extern "C" __global__ void smelt_compressor_emit(const float* kv, const float* g
 // ring[(p0+t) % R] = [kv_t | gate_t] (each `w` wide) for the chunk's last min(T, R) rows. grid (T), block 256.
 extern "C" __global__ void smelt_compressor_ring_store(const float* kv, const float* gate, int T, int w,
                                                        const StepInfo* step, float* ring, int R) {
+  SMELT_KERNEL_PROLOGUE();
   const int t = blockIdx.x;
   if (t < T - R) return;
   float* slot = ring + ((step->p0 + t) % R) * 2 * w;
@@ -130,6 +132,7 @@ extern "C" __global__ void smelt_kv_compressor_emit(const float* kv, const float
                                                     i64 capacity, const void* norm, int norm_dt, const void* wk,
                                                     int wk_dt, const void* k_norm, int kn_dt, int ratio, int hd,
                                                     int dI, float eps, int rope_dim, int rb, InvFreq f) {
+  SMELT_KERNEL_PROLOGUE();
   __shared__ float latent[kMaxHd];
   __shared__ float work[kMaxHd];
   __shared__ double red[32];

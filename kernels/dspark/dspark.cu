@@ -17,6 +17,7 @@ __device__ __forceinline__ i32 prev_id(const i32* ids_in, const i32* draft, int 
 extern "C" __global__ void smelt_dspark_bias(const float* logits, float* out, int V, int rank, const i32* ids_in,
                                              const i32* draft, int i, const void* embed, int edt, const void* head,
                                              int hdt) {
+  SMELT_KERNEL_PROLOGUE();
   const i64 v = i64(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
   if (v >= V) return;
   const int lane = threadIdx.x & 31;
@@ -33,6 +34,7 @@ extern "C" __global__ void smelt_dspark_bias(const float* logits, float* out, in
 extern "C" __global__ void smelt_dspark_pick(const float* out, int V, int D, int rank, const i32* ids_in, i32* draft,
                                              int i, const float* x, const void* embed, int edt, const void* proj,
                                              int pdt, float* conf) {
+  SMELT_KERNEL_PROLOGUE();
   __shared__ float bv[32];
   __shared__ int bi[32];
   __shared__ double red[32];

@@ -5,6 +5,7 @@
 using namespace smelt_dev;
 
 extern "C" __global__ void smelt_embedding(const i32* ids, const void* table, int dt, i64 vocab, int D, float* out) {
+  SMELT_KERNEL_PROLOGUE();
   const i64 r = blockIdx.y;
   const i64 id = ids[r];
   const int d = blockIdx.x * blockDim.x + threadIdx.x;

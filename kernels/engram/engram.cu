@@ -31,6 +31,7 @@ __device__ i64 compressed_at(const i32* ids, const i32* map, i64 vocab_map, i64 
 extern "C" __global__ void smelt_engram_hash(const i32* ids, int T, const StepInfo* step, const i32* map, i64 vocab_map,
                                              i64 cvocab, i64 pad_id, const float* hist, int R, HashLayout L,
                                              i32* hashes) {
+  SMELT_KERNEL_PROLOGUE();
   const int k = blockIdx.x * blockDim.x + threadIdx.x;
   if (k >= T * L.layers) return;
   const int t = k / L.layers, l = k % L.layers;
@@ -52,6 +53,7 @@ extern "C" __global__ void smelt_engram_hash(const i32* ids, int T, const StepIn
 // history[(p0 + t) % R] = compressed id of row t, for the chunk's last min(T, R) rows (after the hash).
 extern "C" __global__ void smelt_engram_history(const i32* ids, int T, const StepInfo* step, const i32* map,
                                                 i64 vocab_map, i64 cvocab, i64 pad_id, float* hist, int R) {
+  SMELT_KERNEL_PROLOGUE();
   const int t = blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= T || t < T - R) return;
   i64 pad = pad_id;
@@ -67,6 +69,7 @@ extern "C" __global__ void smelt_engram_history(const i32* ids, int T, const Ste
 // grid (cols, T), block 128.
 extern "C" __global__ void smelt_engram_gather(const i32* hashes, int stride, const u8* table, const u8* scale,
                                                i64 table_rows, i64 row_begin, int hd, float* e) {
+  SMELT_KERNEL_PROLOGUE();
   const int c = blockIdx.x, cols = gridDim.x;
   const i64 r = blockIdx.y;
   const i64 row = i64(hashes[r * stride + c]) - row_begin;
@@ -82,6 +85,7 @@ extern "C" __global__ void smelt_engram_gather(const i32* hashes, int stride, co
 // alias X.
 extern "C" __global__ void smelt_engram_gate(const float* X, const float* kv, const void* qw, int qdt, const void* kw,
                                              int kdt, int D, float eps, float inv_sqrt_dim, int rb, float* out) {
+  SMELT_KERNEL_PROLOGUE();
   __shared__ double red[32];
   const int c = blockIdx.x, n = gridDim.x;
   const i64 r = blockIdx.y;

@@ -7,6 +7,7 @@ using namespace smelt_dev;
 
 // X[r, k, :] = x[r, :] for k < n. grid (ceil(D/256), rows, n), block 256.
 extern "C" __global__ void smelt_hc_init(const float* x, float* X, int D) {
+  SMELT_KERNEL_PROLOGUE();
   const i64 r = blockIdx.y, k = blockIdx.z, n = gridDim.z;
   const int d = blockIdx.x * blockDim.x + threadIdx.x;
   if (d < D) X[(r * n + k) * D + d] = x[r * D + d];
@@ -20,6 +21,7 @@ extern "C" __global__ void smelt_hc_init(const float* x, float* X, int D) {
 // and blockDim, never on the row count.
 extern "C" __global__ void smelt_hc_mix_logits(const float* X, int len, const void* fn, int fdt, float norm_eps,
                                                int v41, float* m) {
+  SMELT_KERNEL_PROLOGUE();
   __shared__ double redd[32];
   __shared__ float redf[32];
   const int o = blockIdx.x, outs = gridDim.x, bd = blockDim.x;
@@ -145,6 +147,7 @@ __device__ __forceinline__ SinkhornRow sinkhorn_row(i64 r, const float* m_all, i
 extern "C" __global__ void smelt_hc_sinkhorn(const float* m_all, int rows, int n, const void* base, int bdt,
                                              const void* scale, int sdt, int iters, float hc_eps, float* pre,
                                              float* post, float* comb) {
+  SMELT_KERNEL_PROLOGUE();
   const int r = blockIdx.x * blockDim.x + threadIdx.x;
   if (r >= rows) return;
   const SinkhornRow x = sinkhorn_row(r, m_all, n, scale, sdt, pre, post, comb);
@@ -201,6 +204,7 @@ __device__ __forceinline__ void hc_sinkhorn_warp_body(const float* m, const void
 extern "C" __global__ void smelt_hc_sinkhorn_warp(const float* m_all, int rows, int n, const void* base, int bdt,
                                                   const void* scale, int sdt, int iters, float hc_eps, float* pre,
                                                   float* post, float* comb) {
+  SMELT_KERNEL_PROLOGUE();
   const int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (r >= rows) return;  // per warp: the shuffles below see whole warps
   const SinkhornRow x = sinkhorn_row(r, m_all, n, scale, sdt, pre, post, comb);
@@ -231,15 +235,18 @@ __device__ __forceinline__ void hc_collapse_body(const float* X, const float* pr
   u[r * D + d] = R ? round_bf16(s) : s;
 }
 extern "C" __global__ void smelt_hc_collapse(const float* X, const float* pre, int n, int D, float* u) {
+  SMELT_KERNEL_PROLOGUE();
   hc_collapse_body<false>(X, pre, n, D, u);
 }
 extern "C" __global__ void smelt_hc_collapse_bf16(const float* X, const float* pre, int n, int D, float* u) {
+  SMELT_KERNEL_PROLOGUE();
   hc_collapse_body<true>(X, pre, n, D, u);
 }
 
 // hc_head's collapse: pre[c] = sigmoid(m[c] * scale[0] + base[c]) + hc_eps from the n logits, then collapse.
 extern "C" __global__ void smelt_hc_head_collapse(const float* X, const float* m, int n, int D, const void* base,
                                                   int bdt, const void* scale, int sdt, float hc_eps, float* out) {
+  SMELT_KERNEL_PROLOGUE();
   const i64 r = blockIdx.y;
   const int d = blockIdx.x * blockDim.x + threadIdx.x;
   if (d >= D) return;
@@ -269,15 +276,18 @@ __device__ __forceinline__ void hc_expand_body(const float* X, const float* y, c
 }
 extern "C" __global__ void smelt_hc_expand(const float* X, const float* y, const float* post, const float* comb, int D,
                                            float* out) {
+  SMELT_KERNEL_PROLOGUE();
   hc_expand_body<false>(X, y, post, comb, D, out);
 }
 extern "C" __global__ void smelt_hc_expand_bf16(const float* X, const float* y, const float* post, const float* comb,
                                                 int D, float* out) {
+  SMELT_KERNEL_PROLOGUE();
   hc_expand_body<true>(X, y, post, comb, D, out);
 }
 
 // m[r, d] = bf16(sum_c X[r, c, d] / n) (rb = 0, numerics fp32: not rounded). grid (ceil(D/256), rows).
 extern "C" __global__ void smelt_hc_mean(const float* X, int n, int D, int rb, float* m) {
+  SMELT_KERNEL_PROLOGUE();
   const i64 r = blockIdx.y;
   const int d = blockIdx.x * blockDim.x + threadIdx.x;
   if (d >= D) return;

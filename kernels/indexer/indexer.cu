@@ -123,6 +123,7 @@ __device__ void bitonic(u64* list, int n, bool desc, u64 pad) {
 extern "C" __global__ void smelt_indexer_scores(const float* q, const float* w, const float* keys, i64 S,
                                                 const StepInfo* step, int H, int hd, int ratio, float score_scale,
                                                 float weight_scale, float* scores) {
+  SMELT_KERNEL_PROLOGUE();
   extern __shared__ float qs[];
   const i64 i = blockIdx.y;
   const i64 visible = (step->p0 + i + 1) / ratio;
@@ -148,6 +149,7 @@ extern "C" __global__ void smelt_indexer_scores(const float* q, const float* w, 
 extern "C" __global__ void smelt_indexer_v41_scores(const float* q, const float* w, const float* keys, i64 S,
                                                     const StepInfo* step, int H, int hd, int ratio, int rb,
                                                     float* scores) {
+  SMELT_KERNEL_PROLOGUE();
   extern __shared__ float qs[];
   const i64 i = blockIdx.y;
   const i64 visible = (step->p0 + i + 1) / ratio;
@@ -175,6 +177,7 @@ extern "C" __global__ void smelt_indexer_v41_scores(const float* q, const float*
 // grid (T), block 1024.
 extern "C" __global__ void smelt_indexer_candidates(const float* scores, i64 S, const StepInfo* step, int ratio, int bs,
                                                     int CB, i32* cand_out) {
+  SMELT_KERNEL_PROLOGUE();
   __shared__ u64 list[kMaxSel];
   __shared__ int hist[256];
   __shared__ int count;
@@ -208,6 +211,7 @@ extern "C" __global__ void smelt_indexer_candidates(const float* scores, i64 S, 
 // grid (T), block 1024.
 extern "C" __global__ void smelt_indexer_topk(const float* scores, i64 S, const StepInfo* step, int ratio, int topk,
                                               int v41, const i32* cand_in, int CB, int bs, i32* idx) {
+  SMELT_KERNEL_PROLOGUE();
   __shared__ u64 list[kMaxSel];
   __shared__ int hist[256];
   __shared__ int count;

@@ -78,22 +78,27 @@ __device__ void linear_aq_body(const i32* xu, const float* xs, float* y, const u
 // Weight-only paths: weights dequantized in registers, fp32 accumulation (the sm_80 path).
 extern "C" __global__ void smelt_linear_f32(const float* x, float* y, const void* w, const u8* ws, int rows, int K,
                                             int N, int blk, float scale_after, int round) {
+  SMELT_KERNEL_PROLOGUE();
   linear_body<kWF32>(x, y, w, ws, rows, K, N, blk, scale_after, round);
 }
 extern "C" __global__ void smelt_linear_bf16(const float* x, float* y, const void* w, const u8* ws, int rows, int K,
                                              int N, int blk, float scale_after, int round) {
+  SMELT_KERNEL_PROLOGUE();
   linear_body<kWBF16>(x, y, w, ws, rows, K, N, blk, scale_after, round);
 }
 extern "C" __global__ void smelt_linear_f16(const float* x, float* y, const void* w, const u8* ws, int rows, int K,
                                             int N, int blk, float scale_after, int round) {
+  SMELT_KERNEL_PROLOGUE();
   linear_body<kWF16>(x, y, w, ws, rows, K, N, blk, scale_after, round);
 }
 extern "C" __global__ void smelt_linear_fp8(const float* x, float* y, const void* w, const u8* ws, int rows, int K,
                                             int N, int blk, float scale_after, int round) {
+  SMELT_KERNEL_PROLOGUE();
   linear_body<kWFP8>(x, y, w, ws, rows, K, N, blk, scale_after, round);
 }
 extern "C" __global__ void smelt_linear_fp4(const float* x, float* y, const void* w, const u8* ws, int rows, int K,
                                             int N, int blk, float scale_after, int round) {
+  SMELT_KERNEL_PROLOGUE();
   linear_body<kWFP4>(x, y, w, ws, rows, K, N, blk, scale_after, round);
 }
 
@@ -101,16 +106,19 @@ extern "C" __global__ void smelt_linear_fp4(const float* x, float* y, const void
 // kernels/quant fp8_linear / fp4_linear. xu / xs come from smelt_act_quant_b32.
 extern "C" __global__ void smelt_linear_fp8_aq(const i32* xu, const float* xs, float* y, const u8* w, const u8* ws,
                                                int rows, int K, int N, int blk, float scale_after, int round) {
+  SMELT_KERNEL_PROLOGUE();
   linear_aq_body<false>(xu, xs, y, w, ws, rows, K, N, blk, scale_after, round);
 }
 extern "C" __global__ void smelt_linear_fp4_aq(const i32* xu, const float* xs, float* y, const u8* w, const u8* ws,
                                                int rows, int K, int N, int blk, float scale_after, int round) {
+  SMELT_KERNEL_PROLOGUE();
   linear_aq_body<true>(xu, xs, y, w, ws, rows, K, N, blk, scale_after, round);
 }
 
 // x [rows, ldx] (first K columns) -> xu [rows, K] E4M3 units of 2^-9, xs [rows, K/32] scales.
 // Block 256 threads = 8 warps = 8 K-blocks; grid (ceil(K/32 / 8), rows).
 extern "C" __global__ void smelt_act_quant_b32(const float* x, int ldx, int K, i32* xu, float* xs) {
+  SMELT_KERNEL_PROLOGUE();
   const int nb = K / 32;
   const int b = blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
   const i64 r = blockIdx.y;
@@ -122,21 +130,26 @@ extern "C" __global__ void smelt_act_quant_b32(const float* x, int ldx, int K, i
 // Written out (no macro): tests/kernels_cuda/test_nvrtc_compile.cc finds entry points in the source text.
 extern "C" __global__ void smelt_linear_f32_r1(const float* x, float* y, const void* w, const u8* ws, int, int K, int N,
                                                int blk, float scale_after, int round) {
+  SMELT_KERNEL_PROLOGUE();
   linear_r1_body<kWF32>(x, y, w, ws, K, N, blk, scale_after, round);
 }
 extern "C" __global__ void smelt_linear_bf16_r1(const float* x, float* y, const void* w, const u8* ws, int, int K,
                                                 int N, int blk, float scale_after, int round) {
+  SMELT_KERNEL_PROLOGUE();
   linear_r1_body<kWBF16>(x, y, w, ws, K, N, blk, scale_after, round);
 }
 extern "C" __global__ void smelt_linear_f16_r1(const float* x, float* y, const void* w, const u8* ws, int, int K, int N,
                                                int blk, float scale_after, int round) {
+  SMELT_KERNEL_PROLOGUE();
   linear_r1_body<kWF16>(x, y, w, ws, K, N, blk, scale_after, round);
 }
 extern "C" __global__ void smelt_linear_fp8_r1(const float* x, float* y, const void* w, const u8* ws, int, int K, int N,
                                                int blk, float scale_after, int round) {
+  SMELT_KERNEL_PROLOGUE();
   linear_r1_body<kWFP8>(x, y, w, ws, K, N, blk, scale_after, round);
 }
 extern "C" __global__ void smelt_linear_fp4_r1(const float* x, float* y, const void* w, const u8* ws, int, int K, int N,
                                                int blk, float scale_after, int round) {
+  SMELT_KERNEL_PROLOGUE();
   linear_r1_body<kWFP4>(x, y, w, ws, K, N, blk, scale_after, round);
 }

@@ -60,9 +60,11 @@ __device__ void gemv_aq_body(const float* x, float* y, const u8* w, const u8* ws
 // x [rows, K] float (the linear's input, quantized per token inside), y [rows, N].
 extern "C" __global__ void smelt_gemv_fp8_aq(const float* x, float* y, const u8* w, const u8* ws, int K, int N,
                                              int blk, float scale_after, int round, int cpb) {
+  SMELT_KERNEL_PROLOGUE();
   gemv_aq_body<false>(x, y, w, ws, K, N, blk, scale_after, round, cpb);
 }
 extern "C" __global__ void smelt_gemv_fp4_aq(const float* x, float* y, const u8* w, const u8* ws, int K, int N,
                                              int blk, float scale_after, int round, int cpb) {
+  SMELT_KERNEL_PROLOGUE();
   gemv_aq_body<true>(x, y, w, ws, K, N, blk, scale_after, round, cpb);
 }

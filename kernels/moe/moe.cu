@@ -114,10 +114,12 @@ __device__ void down_aq_body(const i32* hu, const float* hs, int D, int F, int t
 #define SMELT_MOE_FMT(NAME, FMT)                                                                                    \
   extern "C" __global__ void smelt_moe_up_##NAME(const float* x, int D, int F, int topk, const i32* idx,            \
                                                  int n_experts, ExpertW w, int blk, float limit, float* h) {        \
+    SMELT_KERNEL_PROLOGUE();                                                                                        \
     up_body<FMT>(x, D, F, topk, idx, n_experts, w, blk, limit, h);                                                  \
   }                                                                                                                 \
   extern "C" __global__ void smelt_moe_down_##NAME(const float* h, int D, int F, int topk, const i32* idx,          \
                                                    int n_experts, ExpertW w, int blk, float* out) {                 \
+    SMELT_KERNEL_PROLOGUE();                                                                                        \
     down_body<FMT>(h, D, F, topk, idx, n_experts, w, blk, out);                                                     \
   }
 SMELT_MOE_FMT(f32, kWF32)
@@ -130,11 +132,13 @@ SMELT_MOE_FMT(fp4, kWFP4)
   extern "C" __global__ void smelt_moe_up_##NAME##_aq(const i32* xu, const float* xs, int D, int F, int topk,       \
                                                       const i32* idx, int n_experts, const float* rw, ExpertW w,    \
                                                       int blk, float limit, int rb, float* h) {                     \
+    SMELT_KERNEL_PROLOGUE();                                                                                        \
     up_aq_body<FP4>(xu, xs, D, F, topk, idx, n_experts, rw, w, blk, limit, rb, h);                                  \
   }                                                                                                                 \
   extern "C" __global__ void smelt_moe_down_##NAME##_aq(const i32* hu, const float* hs, int D, int F, int topk,     \
                                                         const i32* idx, int n_experts, ExpertW w, int blk, int rb,  \
                                                         float* out) {                                               \
+    SMELT_KERNEL_PROLOGUE();                                                                                        \
     down_aq_body<FP4>(hu, hs, D, F, topk, idx, n_experts, w, blk, rb, out);                                         \
   }
 SMELT_MOE_AQ(fp8, false)
@@ -145,6 +149,7 @@ SMELT_MOE_AQ(fp4, true)
 // Expert-parallel ranks (n_routed / expert_begin): the route names the model's experts; this rank holds experts
 // begin .. begin+count-1. local[i] = idx[i] - begin for those, -1 (nothing) for the others.
 extern "C" __global__ void smelt_moe_local_idx(const i32* idx, i32* local, int n, int begin, int count) {
+  SMELT_KERNEL_PROLOGUE();
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const int e = idx[i] - begin;
@@ -153,6 +158,7 @@ extern "C" __global__ void smelt_moe_local_idx(const i32* idx, i32* local, int n
 
 extern "C" __global__ void smelt_moe_combine(const float* out, const float* rw, const i32* idx, int topk,
                                              int n_experts, int D, int weighted, float* y) {
+  SMELT_KERNEL_PROLOGUE();
   const i64 r = blockIdx.y;
   const int d = blockIdx.x * blockDim.x + threadIdx.x;
   if (d >= D) return;
@@ -179,6 +185,7 @@ extern "C" __global__ void smelt_moe_route(const float* x, int D, const void* ga
                                            int bdt, const void* tid2eid, int t64, i64 vocab, const i32* ids, int K,
                                            int scoring, int norm_topk_prob, float route_scale, float gate_temp,
                                            float* weights, i32* idx) {
+  SMELT_KERNEL_PROLOGUE();
   extern __shared__ float sh[];
   float* s = sh;
   float* sel = sh + E;

@@ -136,11 +136,13 @@ __device__ void down_dec_body(const float* h, int D, int F, int topk, const i32*
   extern "C" __global__ void smelt_moe_up_##NAME##_aq_dec(const float* x, int D, int F, int topk, const i32* idx,   \
                                                           int n_experts, const float* rw, ExpertW w, int blk,       \
                                                           float limit, int rb, float* h, int cpb) {                 \
+    SMELT_KERNEL_PROLOGUE();                                                                                        \
     up_dec_body<FP4>(x, D, F, topk, idx, n_experts, rw, w, blk, limit, rb, h, cpb);                                \
   }                                                                                                                 \
   extern "C" __global__ void smelt_moe_down_##NAME##_aq_dec(const float* h, int D, int F, int topk, const i32* idx, \
                                                             int n_experts, ExpertW w, int blk, int rb, int round,   \
                                                             float* out, int cpb) {                                  \
+    SMELT_KERNEL_PROLOGUE();                                                                                        \
     down_dec_body<FP4>(h, D, F, topk, idx, n_experts, w, blk, rb, round, out, cpb);                                \
   }
 SMELT_MOE_DEC(fp8, false)
@@ -157,6 +159,7 @@ SMELT_MOE_DEC(fp4, true)
 //   serial. grid (rows), block 256, dynamic shared memory 2 * E floats + E ints.
 
 extern "C" __global__ void smelt_moe_gate_dots(const float* x, int D, const void* gate, int gdt, int E, float* s) {
+  SMELT_KERNEL_PROLOGUE();
   const i64 r = blockIdx.y;
   const int e = blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
   if (e >= E) return;
@@ -171,6 +174,7 @@ extern "C" __global__ void smelt_moe_route_select(const float* dots, int E, cons
                                                   const void* tid2eid, int t64, i64 vocab, const i32* ids, int K,
                                                   int scoring, int norm_topk_prob, float route_scale, float gate_temp,
                                                   float* weights, i32* idx) {
+  SMELT_KERNEL_PROLOGUE();
   extern __shared__ float sh[];
   float* s = sh;
   float* sel = sh + E;

@@ -7,6 +7,7 @@
 using namespace smelt_dev;
 
 extern "C" __global__ void smelt_fake_quant(float* x, int rows, int width, int heads, int channels, int mode) {
+  SMELT_KERNEL_PROLOGUE();
   const int g = mode == 1 ? 16 : 32;
   const int seg = width / heads, per_head = channels / g;
   const i64 total = i64(rows) * heads * per_head;

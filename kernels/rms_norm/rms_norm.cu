@@ -36,8 +36,10 @@ __device__ void rms_norm_body(const float* x, float* y, const void* w, int wdt, 
 }  // namespace
 
 extern "C" __global__ void smelt_rms_norm(const float* x, float* y, const void* w, int wdt, int len, float eps) {
+  SMELT_KERNEL_PROLOGUE();
   rms_norm_body<false>(x, y, w, wdt, len, eps);
 }
 extern "C" __global__ void smelt_rms_norm_bf16(const float* x, float* y, const void* w, int wdt, int len, float eps) {
+  SMELT_KERNEL_PROLOGUE();
   rms_norm_body<true>(x, y, w, wdt, len, eps);
 }

@@ -50,9 +50,11 @@ __device__ void rope_body(const float* x, float* y, const StepInfo* step, int he
 
 extern "C" __global__ void smelt_rope(const float* x, float* y, const StepInfo* step, int heads, int head_dim,
                                       int rope_dim, int inverse, InvFreq f) {
+  SMELT_KERNEL_PROLOGUE();
   rope_body<false>(x, y, step, heads, head_dim, rope_dim, inverse, f);
 }
 extern "C" __global__ void smelt_rope_bf16(const float* x, float* y, const StepInfo* step, int heads, int head_dim,
                                            int rope_dim, int inverse, InvFreq f) {
+  SMELT_KERNEL_PROLOGUE();
   rope_body<true>(x, y, step, heads, head_dim, rope_dim, inverse, f);
 }

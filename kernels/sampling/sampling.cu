@@ -119,6 +119,7 @@ __device__ Selected select_key(const float* logits, i64 n, const u64* q, const u
 // Scratch: best (u64) at 0, token (int) at 8, hist (2048 u64) at 256, q (n u64) at 256 + 16384.
 // The greedy token, and the setup of the other two kernels. grid 1, block 1024.
 extern "C" __global__ void smelt_sample_argmax(const float* logits, i64 n, u64* best, int* token, u64* hist) {
+  SMELT_KERNEL_PROLOGUE();
   __shared__ u64 warp_best[32];
   u64 m = 0;
   for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
@@ -143,6 +144,7 @@ extern "C" __global__ void smelt_sample_argmax(const float* logits, i64 n, u64* 
 // then keeps the greedy token). grid any, block 256.
 extern "C" __global__ void smelt_sample_weights(const float* logits, i64 n, const u64* best, double temperature,
                                                 u64* q, u64* hist) {
+  SMELT_KERNEL_PROLOGUE();
   __shared__ u64 h[kBuckets];
   const double mx = logits[greedy_id(*best)];
   if (mx - mx != 0.0) return;  // +inf or NaN
@@ -163,6 +165,7 @@ extern "C" __global__ void smelt_sample_weights(const float* logits, i64 n, cons
 extern "C" __global__ void smelt_sample_pick(const float* logits, i64 n, const u64* best, double temperature,
                                              double top_p, u64 seed, u64 step, const u64* q, const u64* hist,
                                              int* token) {
+  SMELT_KERNEL_PROLOGUE();
   __shared__ u64 h[kBuckets];
   __shared__ u64 tot[32];
   __shared__ u32 s_bucket;

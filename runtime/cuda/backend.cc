@@ -115,6 +115,9 @@ CudaBackend::CudaBackend(const Plan& plan, const BackendOptions& o) : plan_(plan
     dev_.arch = "sm_" + std::to_string(major * 10 + minor);
     dev_.memory_bytes = total;
     arch_ = choose_arch(plan, dev_.name, major, minor);
+    // Programmatic dependent launch where the arch has it (sm_90+): a kernel's launch and block setup overlap the
+    // previous kernel's tail (~160 small kernels per decode step). SMELT_CUDA_PDL=0 switches it off.
+    pdl_ = arch_num(arch_) >= 90 && d_.cuLaunchKernelEx && !env_off("SMELT_CUDA_PDL");
 
     check(d_.cuDevicePrimaryCtxRetain(&ctx_, dev), "creating the CUDA context");
     check(d_.cuCtxSetCurrent(ctx_), "creating the CUDA context");
@@ -283,7 +286,16 @@ void CudaBackend::launch(const OpLaunch& l, const char* name, unsigned gx, unsig
     profile_->emplace_back(name, e);
     check(d_.cuEventRecord(e, static_cast<CUstream>(l.stream)), "recording events");
   }
-  CUresult r = d_.cuLaunchKernel(f, gx, gy, gz, bx, 1, 1, shared, static_cast<CUstream>(l.stream), args, nullptr);
+  CUresult r;
+  if (pdl_) {  // programmatic dependent launch: every kernel starts with SMELT_KERNEL_PROLOGUE (kernels/cuda/common.cuh)
+    LaunchAttribute attr{};
+    attr.id = kLaunchAttrProgrammaticStreamSerialization;
+    attr.value.programmatic_stream_serialization_allowed = 1;
+    const LaunchConfig cfg{gx, gy, gz, bx, 1, 1, shared, static_cast<CUstream>(l.stream), &attr, 1};
+    r = d_.cuLaunchKernelEx(&cfg, f, args, nullptr);
+  } else {
+    r = d_.cuLaunchKernel(f, gx, gy, gz, bx, 1, 1, shared, static_cast<CUstream>(l.stream), args, nullptr);
+  }
   if (r != 0) {
     const char* e = "unknown";
     d_.cuGetErrorName(r, &e);

@@ -155,6 +155,7 @@ class CudaBackend final : public Launcher {
   std::map<int, int64_t> graph_launches_;
   double last_ms_ = 0.0;
   bool record_kernels_ = false;
+  bool pdl_ = false;  // launch with programmatic stream serialization (sm_90+)
   std::vector<std::pair<std::string, CUevent>>* profile_ = nullptr;  // run_profiled: an event per launch
   std::vector<std::string> last_kernels_;
   int64_t launches_ = 0, last_launches_ = 0;

@@ -45,6 +45,25 @@ struct Memcpy2D {
 static_assert(sizeof(Memcpy2D) == 128, "CUDA_MEMCPY2D has 128 bytes");
 constexpr int kMemoryTypeDevice = 2;
 
+// cuda.h's CUlaunchAttribute / CUlaunchConfig (cuLaunchKernelEx), for programmatic dependent launch.
+constexpr int kLaunchAttrProgrammaticStreamSerialization = 6;
+struct LaunchAttribute {
+  int id;
+  char pad[4];
+  union {
+    char bytes[64];
+    int programmatic_stream_serialization_allowed;
+  } value;
+};
+static_assert(sizeof(LaunchAttribute) == 72, "CUlaunchAttribute has 72 bytes");
+struct LaunchConfig {
+  unsigned grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes;
+  CUstream stream;
+  LaunchAttribute* attrs;
+  unsigned num_attrs;
+};
+static_assert(sizeof(LaunchConfig) == 56, "CUlaunchConfig has 56 bytes");
+
 struct Driver {
   CUresult (*cuInit)(unsigned);
   CUresult (*cuDriverGetVersion)(int*);
@@ -77,6 +96,8 @@ struct Driver {
   CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                              CUstream, void**, void**);
+  // Optional (nullptr when the driver lacks it): launches with programmatic dependent launch on sm_90+.
+  CUresult (*cuLaunchKernelEx)(const LaunchConfig*, CUfunction, void**, void**);
   CUresult (*cuStreamCreate)(CUstream*, unsigned);
   CUresult (*cuStreamDestroy)(CUstream);
   CUresult (*cuStreamSynchronize)(CUstream);

@@ -31,6 +31,23 @@ TEST(KernelsNvrtc, EveryFamilyCompilesForEveryArch) {
     }
 }
 
+// The backend launches with programmatic dependent launch on sm_90+: a kernel may be scheduled before the previous
+// one has finished, so each entry point's first statement must be SMELT_KERNEL_PROLOGUE() (its griddepcontrol.wait
+// comes before any global memory access). A kernel without it could read its inputs before they are written.
+TEST(KernelsNvrtc, EveryEntryPointStartsWithTheDependentLaunchPrologue) {
+  const std::regex entry(R"(extern "C" __global__ void (smelt_[A-Za-z0-9_#]+)\([^{]*\{[\s\\]*([A-Za-z_]*))");
+  int n = 0, entries = 0;
+  for (const auto& s : kernel_sources()) {
+    for (size_t at = s.text.find("extern \"C\" __global__"); at != std::string::npos;
+         at = s.text.find("extern \"C\" __global__", at + 1))
+      ++entries;
+    for (std::sregex_iterator it(s.text.begin(), s.text.end(), entry), end; it != end; ++it, ++n)
+      EXPECT_EQ((*it)[2].str(), "SMELT_KERNEL_PROLOGUE") << (*it)[1] << " (" << s.family << ")";
+  }
+  EXPECT_EQ(n, entries) << "entry points the check could not parse";
+  EXPECT_GT(n, 60);
+}
+
 TEST(KernelsNvrtc, PtxForTheOldestArch) {
   if (!smelt::cuda_compile::available()) GTEST_SKIP() << "built without NVRTC";
   for (const std::string& fam : families()) EXPECT_NO_THROW(smelt::cuda_compile::compile(kernel_source(fam), "compute_80")) << fam;

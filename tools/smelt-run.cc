@@ -133,15 +133,35 @@ int generate_on(const GenerateArgs& a, std::unique_ptr<S> session);
 // The next token from the last logits row: on the GPU when the cuda plan has the sampling kernels (the same token
 // as the host Sampler, kernels/sampling/reference.h; $SMELT_HOST_SAMPLING=1 forces the host), else on `row`.
 template <typename S>
-int32_t sample_next(S& session, smelt::runtime::Sampler& sampler, std::span<const float> row) {
+bool samples_on_device(S& session) {
   if constexpr (std::is_same_v<S, CudaSession>) {
     static const bool host = [] {
       const char* v = std::getenv("SMELT_HOST_SAMPLING");
       return v && *v && std::string(v) != "0";
     }();
     // Several processes sample on the host from the broadcast logits: the same token in every process.
-    if (!host && !session.several_processes() && session.backend().can_sample())
-      return session.backend().sample(sampler.params(), sampler.next_step());
+    return !host && !session.several_processes() && session.backend().can_sample();
+  }
+  return false;
+}
+
+// Feeds `ids`; returns their logits [n, vocab], or nothing when the GPU samples the next token (the logits then
+// stay on the GPU: no copy of n x vocab floats to the host).
+template <typename S>
+std::vector<float> feed(S& session, std::span<const int32_t> ids, int chunk, bool on_device) {
+  if constexpr (std::is_same_v<S, CudaSession>) {
+    if (on_device) {
+      session.advance(ids, chunk);
+      return {};
+    }
+  }
+  return session.prefill(ids, chunk);
+}
+
+template <typename S>
+int32_t sample_next(S& session, smelt::runtime::Sampler& sampler, std::span<const float> row, bool on_device) {
+  if constexpr (std::is_same_v<S, CudaSession>) {
+    if (on_device) return session.backend().sample(sampler.params(), sampler.next_step());
   }
   return sampler.sample(row);
 }
@@ -173,21 +193,25 @@ int generate_on(const GenerateArgs& a, std::unique_ptr<S> session) {
   smelt::runtime::Sampler sampler(a.greedy ? 0.0 : a.temperature, a.top_p, a.seed);
   int64_t vocab = session->vocab();
 
+  const bool on_device = samples_on_device(*session);
   auto t0 = std::chrono::steady_clock::now();
-  std::vector<float> logits = session->prefill(prompt, a.chunk);
+  std::vector<float> logits = feed(*session, prompt, a.chunk, on_device);
   double prefill_ms = ms_since(t0);
   std::vector<int32_t> tokens;
   double decode_ms = 0.0;
-  if (a.max_new_tokens > 0)
-    tokens.push_back(sample_next(*session, sampler, row(logits, int64_t(prompt.size()) - 1, vocab)));
+  auto last_row = [&](const std::vector<float>& l) {
+    return l.empty() ? std::span<const float>() : row(l, int64_t(l.size() / size_t(vocab)) - 1, vocab);
+  };
+  if (a.max_new_tokens > 0) tokens.push_back(sample_next(*session, sampler, last_row(logits), on_device));
   // DSpark: after each decode step (the main model fed the token at position t and produced the next one),
   // one drafting step from that token; it leaves the sequence as it was.
   nlohmann::ordered_json drafts = nlohmann::ordered_json::array();
   double draft_ms = 0.0;
   auto t1 = std::chrono::steady_clock::now();
   while (int(tokens.size()) < a.max_new_tokens) {
-    std::vector<float> next = session->decode(tokens.back());
-    tokens.push_back(sample_next(*session, sampler, next));
+    const int32_t last = tokens.back();
+    std::vector<float> next = feed(*session, std::span<const int32_t>(&last, 1), 1, on_device);
+    tokens.push_back(sample_next(*session, sampler, last_row(next), on_device));
     if (a.show_drafts) {
       auto td = std::chrono::steady_clock::now();
       smelt::runtime::Draft d = session->draft(tokens.back());

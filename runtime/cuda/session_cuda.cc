@@ -197,6 +197,14 @@ void CudaSession::run_ranks(const std::function<void(size_t)>& work) {
 }
 
 std::vector<float> CudaSession::prefill(std::span<const int32_t> ids, int chunk) {
+  std::vector<float> logits(ids.size() * size_t(vocab()));
+  run_chunks(ids, chunk, logits.data());
+  return logits;
+}
+
+void CudaSession::advance(std::span<const int32_t> ids, int chunk) { run_chunks(ids, chunk, nullptr); }
+
+void CudaSession::run_chunks(std::span<const int32_t> ids, int chunk, float* logits) {
   const Plan& plan = *plan_;
   if (chunk < 0) plan.fail("chunk size " + std::to_string(chunk) + " is negative");
   int64_t step = chunk == 0 ? plan.max_rows() : std::min<int64_t>(chunk, plan.max_rows());
@@ -204,15 +212,14 @@ std::vector<float> CudaSession::prefill(std::span<const int32_t> ids, int chunk)
   if (position_ + n > plan.max_seq_len())
     plan.fail("the sequence would reach " + std::to_string(position_ + n) + " tokens but the plan was compiled " +
               "for max_seq_len " + std::to_string(plan.max_seq_len()));
-  std::vector<float> logits(size_t(n * v));
   for (int64_t start = 0; start < n; start += step) {
     int rows = int(std::min(step, n - start));
     // Every rank gets the chunk's ids (docs/ops.md "Collectives").
     run_ranks([&](size_t r) { backends_[r]->run(ids.data() + start, position_, rows); });
-    take_logits(logits.data() + start * v, rows);
+    if (logits) take_logits(logits + start * v, rows);
+    else if (several_processes()) take_logits(nullptr, rows);  // the broadcast, without the host copy
     position_ += rows;
   }
-  return logits;
 }
 
 bool CudaSession::several_processes() const { return comms_ && comms_->has_world(); }
@@ -230,7 +237,7 @@ void CudaSession::take_logits(float* out, int rows) {
     b.make_current();
     comms_->broadcast(p, count, b.stream());
     check(driver().cuStreamSynchronize(b.stream()), "broadcasting the logits");
-    check(driver().cuMemcpyDtoH(out, p, count * 4), "reading the logits");
+    if (out) check(driver().cuMemcpyDtoH(out, p, count * 4), "reading the logits");
   } catch (...) {
     comms_->abort();
     broken_ = true;

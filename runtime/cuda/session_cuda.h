@@ -40,6 +40,9 @@ class CudaSession {
   // returns [n, vocab] logits.
   std::vector<float> prefill(std::span<const int32_t> ids, int chunk = 0);
   std::vector<float> decode(int32_t id);  // one row: a CUDA graph replay after the first (plain plans)
+  // As prefill / decode, but the logits stay on the GPU (no [rows, vocab] copy to the host): for sampling with
+  // backend().sample() right after. Several processes: the broadcast still runs (every process needs them).
+  void advance(std::span<const int32_t> ids, int chunk = 0);
 
   bool can_draft() const { return false; }
   int64_t draft_block() const { return 0; }
@@ -66,7 +69,9 @@ class CudaSession {
   // Runs work(i) for every local rank i, one thread each when there are several; the first failure is rethrown.
   void run_ranks(const std::function<void(size_t)>& work);
   // After a chunk: the output rank's rows x vocab logits into `out` (broadcast between processes when several).
-  void take_logits(float* out, int rows);
+  void take_logits(float* out, int rows);  // out == nullptr: only the broadcast
+  // prefill / advance: the chunks, with their logits into `logits` ([n, vocab]) unless it is nullptr.
+  void run_chunks(std::span<const int32_t> ids, int chunk, float* logits);
   void release_broadcast() noexcept;
 
   std::unique_ptr<Plan> plan_;  // stable address: the backends keep references into it

@@ -326,6 +326,7 @@ int logits_on(const LogitsArgs& a, std::unique_ptr<S> session) {
 struct BenchArgs : BackendArgs {
   std::string plan, format = "text", model;
   int prompt_len = 0, decode_tokens = 32, repeat = 3, chunk = 0, steps = 32;
+  std::string states = "prefill";
 };
 
 double median(std::vector<double> v) {
@@ -342,12 +343,14 @@ int bench(const BenchArgs& a) {
     o.prompt_len = a.prompt_len;
     o.steps = a.steps;
     o.chunk = a.chunk;
+    o.synthetic_states = a.states == "synthetic";
     nlohmann::ordered_json j = smelt::runtime::cuda::bench(o);
     if (a.format == "json") std::cout << j.dump(-1, ' ', false, kReplace) << "\n";
     else std::cout << smelt::runtime::cuda::bench_text(j);
     return 0;
   }
   if (a.synthetic_seed >= 0) throw smelt::Error("--synthetic-weights needs --backend cuda");
+  if (a.states != "prefill") throw smelt::Error("--states synthetic needs --backend cuda");
   auto session = Session::open(a.plan, a.model);
   const smelt::runtime::Plan& plan = session->plan();
   int64_t vocab = session->vocab();
@@ -483,6 +486,9 @@ int main(int argc, char** argv) {
         ->check(CLI::Range(0.1, 1e6));
   }
   bn->add_option("--steps", b.steps, "cuda: decode steps timed (median reported)")->check(CLI::Range(1, 1 << 20));
+  bn->add_option("--states", b.states,
+                 "cuda: prefill (run the prompt) or synthetic (fill the states as after --prompt-len tokens, no prefill)")
+      ->check(CLI::IsMember({"prefill", "synthetic"}));
 
   const std::string first = argc > 1 ? argv[1] : "";
   if (!first.empty() && first[0] != '-' && first != "generate" && first != "logits" && first != "inspect" &&

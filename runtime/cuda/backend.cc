@@ -489,6 +489,22 @@ void CudaBackend::reset_state() {
   check(d_.cuStreamSynchronize(stream_), "clearing the states");
 }
 
+void CudaBackend::fill_states_synthetic(uint64_t seed) {
+  reset_state();
+  const int n = plan_.fb().states() ? int(plan_.fb().states()->size()) : 0;
+  for (int id = 0; id < n; ++id) {
+    const auto* st = plan_.fb().states()->Get(id);
+    const std::string kind = st->kind() ? st->kind()->str() : "";
+    if (kind == "engram_history") continue;  // compressed token ids: 0 is a valid one
+    CUdeviceptr p = states_ + state_offset_[size_t(id)];
+    unsigned long long count = state_bytes(id) / 4, sd = seed * 1000003ull + uint64_t(id);
+    float amp = 1.f;
+    void* args[] = {&p, &count, &sd, &amp};
+    launch_own("smelt_synth_f32", unsigned(std::min<unsigned long long>((count + 255) / 256, 4096)), 256, args);
+  }
+  check(d_.cuStreamSynchronize(stream_), "filling the states");
+}
+
 uint64_t CudaBackend::state_bytes(int id) const {
   std::vector<int64_t> shape = plan_.state_shape(id);
   return uint64_t(shape[0]) * uint64_t(shape[1]) * 4;

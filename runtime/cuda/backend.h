@@ -87,6 +87,9 @@ class CudaBackend final : public Launcher {
     return plan_.logits() < 0 ? 0 : arena_ + plan_.fb().buffers()->Get(plan_.logits())->offset();
   }
   void reset_state();  // zero every state (a new sequence)
+  // Bench: every state as if a prompt had filled it (rings and pools uniform in [-1, 1) from `seed`; Engram
+  // histories token 0), so a decode step at a long position can be timed without running the prompt.
+  void fill_states_synthetic(uint64_t seed);
 
   // Bench support. Per-layer GPU times of one eager run (events where op.layer changes; layer -1 = outside
   // the blocks); kernels launched by the last run (a graph replay counts the kernels it holds).

@@ -17,6 +17,7 @@ struct BenchOptions {
   int prompt_len = 0;  // 0: min(max_rows, 128, max_seq_len / 2)
   int steps = 32;      // decode steps timed
   int chunk = 0;       // prefill chunk rows (0 = max_rows)
+  bool synthetic_states = false;  // fill the states as if prompt_len tokens had been prefilled (no prefill run)
 };
 
 nlohmann::ordered_json bench(const BenchOptions& o);

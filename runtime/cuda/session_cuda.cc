@@ -255,6 +255,14 @@ void CudaSession::set_capturing(bool on) {
   if (on) plan_->fail("smelt.capture runs on the cpu backend only (use --backend cpu)");
 }
 
+void CudaSession::assume_prefilled(int64_t n, uint64_t seed) {
+  if (n < 0 || n >= plan_->max_seq_len())
+    plan_->fail("position " + std::to_string(n) + " is outside the plan's max_seq_len " +
+                std::to_string(plan_->max_seq_len()));
+  for (auto& b : backends_) b->fill_states_synthetic(seed);
+  position_ = n;
+}
+
 void CudaSession::reset() {
   for (auto& b : backends_) b->reset_state();
   position_ = 0;

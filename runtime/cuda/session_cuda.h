@@ -43,6 +43,9 @@ class CudaSession {
   // As prefill / decode, but the logits stay on the GPU (no [rows, vocab] copy to the host): for sampling with
   // backend().sample() right after. Several processes: the broadcast still runs (every process needs them).
   void advance(std::span<const int32_t> ids, int chunk = 0);
+  // Bench: a new sequence whose first `n` positions count as prefilled, every state filled with synthetic values
+  // (CudaBackend::fill_states_synthetic), without running the prompt.
+  void assume_prefilled(int64_t n, uint64_t seed);
 
   bool can_draft() const { return false; }
   int64_t draft_block() const { return 0; }

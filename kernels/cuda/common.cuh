@@ -236,6 +236,27 @@ __device__ __forceinline__ double warp_sum_d(double v) {
   for (int o = 16; o >= 1; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
+// warp_sum of 8 values v[0..7] at once, with warp_sum's tree for each: at offset o a lane adds its partner's
+// partial sum to its own, as the butterfly does, but keeps only half of its values and sends the other half to the
+// partner (commutative adds: the same bits whichever lane adds). 9 shuffles instead of 40; the sum of v[g] ends in
+// lanes 4g .. 4g+3.
+template <typename T>
+__device__ __forceinline__ T warp_sum8(const T* v) {
+  const int lane = threadIdx.x & 31;
+  const bool u16 = lane & 16, u8 = lane & 8, u4 = lane & 4;
+  T w4[4], w2[2];
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+    w4[k] = (u16 ? v[k + 4] : v[k]) + __shfl_xor_sync(0xffffffffu, u16 ? v[k] : v[k + 4], 16);
+#pragma unroll
+  for (int k = 0; k < 2; ++k)
+    w2[k] = (u8 ? w4[k + 2] : w4[k]) + __shfl_xor_sync(0xffffffffu, u8 ? w4[k] : w4[k + 2], 8);
+  T w = (u4 ? w2[1] : w2[0]) + __shfl_xor_sync(0xffffffffu, u4 ? w2[0] : w2[1], 4);
+  w += __shfl_xor_sync(0xffffffffu, w, 2);
+  w += __shfl_xor_sync(0xffffffffu, w, 1);
+  return w;
+}
+
 __device__ __forceinline__ float warp_max(float v) {
   for (int o = 16; o >= 1; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;

@@ -93,6 +93,9 @@ extern "C" __global__ void smelt_engram_gate(const float* X, const float* kv, co
   const float* key = kv + r * (n + 1) * D + i64(c) * D;
   const float* value = kv + r * (n + 1) * D + i64(n) * D;
   double dot = 0.0, hh = 0.0, kk = 0.0;
+  // n blocks at decode, each thread ~D / 256 steps: unrolled so the loads of several steps are in flight at once
+  // (the sums keep their order).
+#pragma unroll 8
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
     const float w = __fmul_rn(ldw(qw, i64(c) * D + d, qdt), ldw(kw, i64(c) * D + d, kdt));
     dot += double(__fmul_rn(__fmul_rn(h[d], w), key[d]));

@@ -161,7 +161,26 @@ extern "C" __global__ void smelt_indexer_v41_scores(const float* q, const float*
   const int lane = threadIdx.x & 31;
   const float* k = keys + j * hd;
   float s = 0.f;
-  for (int h = 0; h < H; ++h) {
+  int h = 0;
+  // 8 heads at a time: each key value is loaded once for 8 dots, the 8 warp sums share warp_sum8's shuffles, and
+  // lane 4g forms head h+g's term; the terms are then added to s in head order from those lanes.
+  for (; h + 8 <= H; h += 8) {
+    double d[8];
+#pragma unroll
+    for (int g = 0; g < 8; ++g) d[g] = 0.0;
+    for (int c = lane; c < hd; c += 32) {
+      const float kc = k[c];
+#pragma unroll
+      for (int g = 0; g < 8; ++g) d[g] += double(qs[(h + g) * hd + c]) * double(kc);
+    }
+    float qk = float(warp_sum8(d));  // head h + (lane >> 2)
+    if (rb) qk = round_bf16(qk);
+    float t = __fmul_rn(fmaxf(qk, 0.f), w[i * H + h + (lane >> 2)]);
+    t = rb ? round_bf16(t) : t;
+#pragma unroll
+    for (int g = 0; g < 8; ++g) s = __fadd_rn(s, __shfl_sync(0xffffffffu, t, 4 * g));
+  }
+  for (; h < H; ++h) {
     double d = 0.0;
     for (int c = lane; c < hd; c += 32) d += double(qs[h * hd + c]) * double(k[c]);
     float qk = float(warp_sum_d(d));

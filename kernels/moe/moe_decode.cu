@@ -152,7 +152,8 @@ SMELT_MOE_DEC(fp4, true)
 // smelt_moe_route does everything in one block per row: the E gate dot products (E x D weights) through one
 // multiprocessor, then thread 0 alone scores and selects. These two kernels give the same outputs bit for bit:
 // smelt_moe_gate_dots: s[r, e] = x[r] . gate[e], one warp per expert with smelt_moe_route's lane order and warp
-//   sum; grid (ceil(E / 8), rows), block 256.
+//   sum; grid (ceil(E / warps), rows), any block of whole warps (the runtime: 64, so E / 2 blocks spread the
+//   gate's reads over the multiprocessors).
 // smelt_moe_route_select: the scoring transforms per expert in parallel, then each of the K picks as a block
 //   argmax under smelt_moe_route's order (larger value, equal values the lower expert; with a NaN among the
 //   candidates the serial scan runs instead, since NaN breaks that order); softmax sums and the weights stay
@@ -164,8 +165,18 @@ extern "C" __global__ void smelt_moe_gate_dots(const float* x, int D, const void
   const int e = blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
   if (e >= E) return;
   const float* xr = x + r * D;
+  const i64 ge = i64(e) * D;
   float d = 0.f;
-  for (int c = lane; c < D; c += 32) d = fmaf(xr[c], ldw(gate, i64(e) * D + c, gdt), d);
+  // ~D / 32 steps a lane with a load each: unrolled so 16 loads are in flight (the chain keeps its order); one
+  // loop per weight type so the loads are plain.
+  if (gdt == kF32) {
+    const float* g = static_cast<const float*>(gate) + ge;
+#pragma unroll 16
+    for (int c = lane; c < D; c += 32) d = fmaf(xr[c], g[c], d);
+  } else {
+#pragma unroll 16
+    for (int c = lane; c < D; c += 32) d = fmaf(xr[c], ldw(gate, ge + c, gdt), d);
+  }
   d = warp_sum(d);
   if (lane == 0) s[r * E + e] = d;
 }

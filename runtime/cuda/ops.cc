@@ -9,6 +9,8 @@
 
 #include "runtime/cpu/backend.h"
 #include "runtime/cuda/ops_common.h"
+#include "runtime/cuda/ops_mma.h"
+#include "runtime/cuda/ops_wo_mma.h"
 
 namespace smelt::runtime::cuda {
 
@@ -106,6 +108,8 @@ void linear(Ctx& c, DevPtr x, DevPtr y, const DeviceWeight* w, const DeviceWeigh
   if (K % 8) c.fail("the cuda linear kernels need K % 8 == 0, got K = " + std::to_string(K));
   const DevPtr wp = ptr(w), sp = ptr(s);
   if (aq && f.quant) {
+    if (rows <= 8 && mma_kernels(c.l, 89) && try_linear_mma(c, x, y, f, wp, sp, rows, K, N, scale_after, round))
+      return;  // tensor-core block sums (ops_mma.cc)
     if (rows <= 2 && decode_kernels() && K % 32 == 0) {
       // Decode: act quant + GEMV in one launch laid out for bandwidth, same bits (kernels/linear/gemv_aq.cuh).
       const int cpb = gemv_cpb(K / 32, N, gemv_blocks(c.l));
@@ -124,6 +128,7 @@ void linear(Ctx& c, DevPtr x, DevPtr y, const DeviceWeight* w, const DeviceWeigh
          scale_after, int(round));
     return;
   }
+  if (mma_kernels(c.l, 80) && try_linear_wo_mma(c, x, y, f, wp, sp, rows, K, N, 1, scale_after, round)) return;
   const std::string name = weight_only_kernel(f, rows);
   c.go(name.c_str(), cdiv(N, 8), 1, 1, 256, 0, x, y, wp, sp, int(rows), int(K), int(N), int(f.blk), scale_after,
        int(round));
@@ -154,8 +159,10 @@ bool split_attention(Ctx& c, const AttnArgs& a) {
   const DevPtr psum = c.scratch(uint64_t(H * tiles) * 4), nmax = c.scratch(uint64_t(H * tiles) * 4);
   const DevPtr pv = c.scratch(uint64_t(H * tiles * a.hd) * 4);
   if (l.rows != 1 || !detail::decode_kernels()) return false;
-  c.go("smelt_attn_dec_scores", unsigned(tiles), unsigned(H), 1, 128, 0, a, l.step, int(Lmax), int(tiles), sc, tmax);
-  c.go("smelt_attn_dec_tiles", unsigned(tiles), unsigned(H), 1, 128, 0, a, l.step, int(Lmax), int(tiles), sc, tmax,
+  // 8 heads a block (they share the K=V rows); the tiles kernel's z covers 256 channels each.
+  const unsigned hg = unsigned((H + 7) / 8), hz = unsigned((a.hd + 255) / 256);
+  c.go("smelt_attn_dec_scores", unsigned(tiles), hg, 1, 256, 0, a, l.step, int(H), int(Lmax), int(tiles), sc, tmax);
+  c.go("smelt_attn_dec_tiles", unsigned(tiles), hg, hz, 256, 0, a, l.step, int(H), int(Lmax), int(tiles), sc, tmax,
        psum, nmax, pv);
   c.go("smelt_attn_dec_merge", unsigned(H), 1, 1, 128, 0, a, l.step, int(tiles), psum, nmax, pv,
        int(is_round(c.op())), l.out[0]);
@@ -227,6 +234,10 @@ void run_experts(Ctx& c, bool routed) {
   // V4.1 with the model's numerics: act quant, exact GEMMs, bf16 roundings. Under numerics = "fp32" the
   // reference runs plain fp32 on the dequantized weights (no act quant): the weight-only kernels below.
   if (scaled && detail::model_rounding(op)) {
+    if (rows == 1 && detail::mma_kernels(l, 89) &&
+        detail::try_experts_mma(c, {l.in[0], idx, rw, h, out, l.out[0], ew, D, F, topk, n_experts, f, limit, routed,
+                                    is_round(op)}))
+      return;  // tensor-core block sums (ops_mma.cc)
     if (D % 32 || F % 32) c.fail("FP8/FP4 experts need dim and inter multiples of 32");
     const int rb = detail::model_rounding(op);
     const unsigned blocks = detail::gemv_blocks(l);
@@ -265,6 +276,9 @@ void run_experts(Ctx& c, bool routed) {
     return;
   }
   if (D % 8 || F % 8) c.fail("the cuda expert kernels need dim and inter multiples of 8");
+  if (scaled && detail::mma_kernels(l, 80) &&
+      detail::try_experts_wo_mma(c, {l.in[0], idx, rw, h, out, l.out[0], ew, D, F, topk, n_experts, f, limit, routed}))
+    return;  // tensor-core weight-only GEMVs (ops_wo_mma.cc)
   const std::string up = std::string("smelt_moe_up_") + f.fmt;
   c.go(up.c_str(), cdiv(F, 8), unsigned(RT), 1, 256, 0, l.in[0], D, F, topk, idx, n_experts, ew, int(f.blk), limit, h);
   const std::string down = std::string("smelt_moe_down_") + f.fmt;
@@ -355,6 +369,12 @@ void run_v4(Ctx& c) {
       const int G = int(op.i("groups")), K = int(l.in_w[0] / G), N = int(l.out_w[0] / G);
       const detail::LinearW f = detail::linear_format(c, weight(l, 0), weight(l, 1), "weight");
       if (K % 8) c.fail("the cuda linear kernels need K % 8 == 0, got " + std::to_string(K));
+      if (detail::mma_kernels(l, 80) && detail::try_linear_wo_mma(c, l.in[0], l.out[0], f, ptr(weight(l, 0)),
+                                                                   ptr(weight(l, 1)), rows, K, N, G, 1.f,
+                                                                   int(is_round(op)))) {
+        c.round_done = true;  // tensor-core weight-only GEMV (ops_wo_mma.cc)
+        break;
+      }
       const std::string name = detail::weight_only_kernel(f, rows);  // FP8 wo_a: exact dequant, fp32 (as cpu)
       c.go(name.c_str(), cdiv(N, 8), unsigned(G), 1, 256, 0, l.in[0], l.out[0], ptr(weight(l, 0)), ptr(weight(l, 1)),
            rows, K, N, int(f.blk), 1.0f, int(is_round(op)));
@@ -432,7 +452,7 @@ void run_v4(Ctx& c) {
       if (E * 8 > 48 * 1024) c.fail("too many experts for the cuda router's shared memory");
       if (detail::decode_kernels()) {  // gate dots over many blocks, parallel selection: the same outputs
         const DevPtr dots = c.scratch(uint64_t(rows) * E * 4);
-        c.go("smelt_moe_gate_dots", cdiv(E, 8), R, 1, 256, 0, l.in[0], int(l.in_w[0]), ptr(gate),
+        c.go("smelt_moe_gate_dots", cdiv(E, 2), R, 1, 64, 0, l.in[0], int(l.in_w[0]), ptr(gate),
              detail::float_dt(c, gate, "gate"), E, dots);
         c.go("smelt_moe_route_select", R, 1, 1, 256, unsigned(3 * E * 4), dots, E, ptr(bias),
              detail::float_dt(c, bias, "bias"), ptr(t2e), t64, vocab, l.in[1], K, scoring,

@@ -48,8 +48,8 @@ bool run_v41(Ctx& c) {
       if (channels % (m == 1 ? 16 : 32)) c.fail("fake_quant channels must be a multiple of the group size");
       if (l.out[0] != l.in[0])
         c.go("smelt_copy_cols", cdiv(width, 256), R, 1, 256, 0, l.in[0], width, l.out[0], width, int(0));
-      const int64_t groups = int64_t(rows) * heads * (channels / (m == 1 ? 16 : 32));
-      c.go("smelt_fake_quant", unsigned(std::max<int64_t>(1, std::min<int64_t>(cdiv(groups, 128), 4096))), 1, 1, 128, 0,
+      const int64_t elems = int64_t(rows) * heads * channels;  // a thread per quantized element
+      c.go("smelt_fake_quant", unsigned(std::max<int64_t>(1, std::min<int64_t>(cdiv(elems, 128), 4096))), 1, 1, 128, 0,
            l.out[0], rows, width, heads, channels, m);
       return true;
     }

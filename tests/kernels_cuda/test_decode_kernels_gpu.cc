@@ -240,58 +240,249 @@ TEST(CudaDecodeKernels, MoeDecodeGemvsEqualTheSlotKernels) {
     }
 }
 
+// The split kernels serve 8 heads a block (scores: one K=V load for 8 dots; tiles: 8 heads' P.V per channel) and
+// must keep every number of the one-block kernel. Shapes: the V4.1-Flash decode (64 heads x 512, window 128 + top-k
+// 512 = 10 full tiles), a partial last tile, heads not a multiple of 8, hd not a multiple of 256 (the tiles kernel's
+// last z block part empty), window only (2 tiles), V4 (fp32 sums) and V4.1 (double sums, rb 0 / 1).
 TEST(CudaDecodeKernels, SplitAttentionEqualsTheOneBlockKernel) {
   NEED_GPU();
-  const int H = 4, hd = 512, window = 16, ratio = 2, pool_rows = 400, kk = 300;
-  const int64_t p0 = 700;  // visible compressed entries: 350
-  auto qv = randn(size_t(H) * hd, 31, 0.3f), kv = randn(hd, 32), ring = randn(size_t(window) * hd, 33);
-  auto pool = randn(size_t(pool_rows) * hd, 34), sink = randn(H, 35);
-  std::mt19937 r(36);
-  std::vector<int32_t> idx(kk);
-  for (auto& v : idx) v = int32_t(r() % 420) - 10;  // some invalid, some not yet visible
-  for (int mode = 0; mode < 2; ++mode) {  // 0: V4.1 with top-k; 1: V4 over every visible entry
+  struct Case {
+    int H, hd, window, ratio, pool_rows, kk;  // kk = 0: every visible compressed entry (V4 / no indexer)
+    int64_t p0;
+    int v41, rb;
+    const char* what;
+  };
+  const Case cases[] = {
+      {4, 512, 16, 2, 400, 300, 700, 1, 1, "v41 top-k"},
+      {4, 512, 16, 2, 400, 0, 700, 0, 1, "v4 all visible"},
+      {64, 512, 128, 4, 1100, 512, 4096, 1, 1, "v41 flash shape, 10 tiles"},
+      {64, 512, 128, 4, 1100, 500, 4096, 1, 0, "v41 partial last tile, fp32 numerics"},
+      {12, 320, 128, 4, 200, 0, 300, 0, 1, "v4 12 heads hd 320"},
+      {20, 192, 128, 4, 200, 100, 77, 1, 1, "v41 20 heads hd 192, window not full"},
+      {64, 512, 128, 0, 0, 0, 4096, 1, 1, "v41 window only"},
+      {64, 512, 128, 0, 0, 0, 4096, 0, 1, "v4 window only"},
+  };
+  for (const Case& cs : cases) {
+    const int H = cs.H, hd = cs.hd, window = cs.window;
+    const int64_t p0 = cs.p0;
+    auto qv = randn(size_t(H) * hd, 31, 0.3f), kv = randn(hd, 32), ring = randn(size_t(window) * hd, 33);
+    auto pool = randn(size_t(std::max(cs.pool_rows, 1)) * hd, 34), sink = randn(H, 35);
+    std::mt19937 r(36);
+    std::vector<int32_t> idx(std::max(cs.kk, 1));
+    const int vis = cs.ratio ? int((p0 + 1) / cs.ratio) : 0;
+    for (auto& v : idx) v = int32_t(r() % (vis + 20)) - 10;  // some invalid, some not yet visible
     AttnArgs g{};
-    g.q = gpu().put(qv), g.chunk_kv = gpu().put(kv), g.idx = mode == 0 ? gpu().put(idx) : 0, g.k = mode == 0 ? kk : 0;
-    g.sink = gpu().put(sink), g.ring = gpu().put(ring), g.R = window, g.window = window, g.ratio = ratio;
-    g.pool = gpu().put(pool), g.pool_rows = pool_rows, g.hd = hd, g.scale = 0.05f, g.v41 = mode == 0, g.rb = 1;
-    const int Lmax = window + (mode == 0 ? kk : int(p0 / ratio) + 1), tiles = (Lmax + 63) / 64;
+    g.q = gpu().put(qv), g.chunk_kv = gpu().put(kv), g.idx = cs.kk ? gpu().put(idx) : 0, g.k = cs.kk;
+    g.sink = gpu().put(sink), g.ring = gpu().put(ring), g.R = window, g.window = window, g.ratio = cs.ratio;
+    g.pool = cs.ratio ? gpu().put(pool) : 0, g.pool_rows = cs.pool_rows, g.hd = hd, g.scale = 0.05f;
+    g.v41 = cs.v41, g.rb = cs.rb;
+    const int Lmax = window + (cs.ratio ? (cs.kk ? cs.kk : int(p0 / cs.ratio) + 1) : 0), tiles = (Lmax + 63) / 64;
     DevPtr st = smelt::test_cuda::step_info(gpu(), p0, 1);
     DevPtr out0 = gpu().alloc(size_t(H) * hd * 4), out1 = gpu().alloc(size_t(H) * hd * 4);
     DevPtr sc = gpu().alloc(size_t(H) * Lmax * 4), tmax = gpu().alloc(size_t(H) * tiles * 4);
     DevPtr psum = gpu().alloc(size_t(H) * tiles * 4), nmax = gpu().alloc(size_t(H) * tiles * 4);
     DevPtr pv = gpu().alloc(size_t(H) * tiles * hd * 4);
+    const unsigned hg = unsigned((H + 7) / 8), hz = unsigned((hd + 255) / 256);
     gpu().launch("attention", "smelt_sparse_attention", 1, H, 1, 128, 0, g, st, 1, out0);
-    gpu().launch("attention", "smelt_attn_dec_scores", tiles, H, 1, 128, 0, g, st, Lmax, tiles, sc, tmax);
-    gpu().launch("attention", "smelt_attn_dec_tiles", tiles, H, 1, 128, 0, g, st, Lmax, tiles, sc, tmax, psum, nmax, pv);
+    gpu().launch("attention", "smelt_attn_dec_scores", tiles, hg, 1, 256, 0, g, st, H, Lmax, tiles, sc, tmax);
+    gpu().launch("attention", "smelt_attn_dec_tiles", tiles, hg, hz, 256, 0, g, st, H, Lmax, tiles, sc, tmax, psum,
+                 nmax, pv);
     gpu().launch("attention", "smelt_attn_dec_merge", H, 1, 1, 128, 0, g, st, tiles, psum, nmax, pv, 0, out1);
     auto a = gpu().get<float>(out0, size_t(H) * hd), b = gpu().get<float>(out1, size_t(H) * hd);
-    expect_bits_equal(b.data(), a.data(), a.size(), mode == 0 ? "v41 top-k" : "v4 all visible");
+    expect_bits_equal(b.data(), a.data(), a.size(), cs.what);
+  }
+}
+
+// smelt_indexer_v41_scores (8 heads a pass, warp_sum8) against its arithmetic written out in double / float here:
+// per lane a double chain over c = lane, lane + 32, ..., warp_sum's butterfly over the 32 lane sums, then the
+// float steps in head order. Bit for bit, 64 heads (8-head passes only) and 12 (one pass + 4 single heads), rb 0,
+// 1, 2, entries past a row's visible count left alone.
+TEST(CudaDecodeKernels, IndexerV41ScoresBitForBit) {
+  NEED_GPU();
+  using smelt::kernels::round_bf16;
+  const int hd = 128, S = 300, rows = 2, ratio = 4;
+  const int64_t p0 = 1100;  // visible: 275, 275 (row 1: (1102) / 4 = 275)
+  for (int H : {64, 12})
+    for (int rb : {0, 1, 2}) {
+      auto qv = randn(size_t(rows) * H * hd, 81 + H, 0.5f), w = randn(size_t(rows) * H, 82);
+      auto keys = randn(size_t(S) * hd, 83);
+      std::vector<float> want(size_t(rows) * S, 0.f);
+      for (int i = 0; i < rows; ++i) {
+        const int64_t visible = (p0 + i + 1) / ratio;
+        for (int64_t j = 0; j < visible && j < S; ++j) {
+          float s = 0.f;
+          for (int h = 0; h < H; ++h) {
+            double lanes[32];
+            for (int L = 0; L < 32; ++L) {
+              double d = 0.0;
+              for (int c = L; c < hd; c += 32)
+                d += double(qv[(size_t(i) * H + h) * hd + c]) * double(keys[size_t(j) * hd + c]);
+              lanes[L] = d;
+            }
+            for (int o = 16; o >= 1; o >>= 1) {
+              double nx[32];
+              for (int L = 0; L < 32; ++L) nx[L] = lanes[L] + lanes[L ^ o];
+              std::copy(nx, nx + 32, lanes);
+            }
+            float qk = float(lanes[0]);
+            if (rb) qk = round_bf16(qk);
+            float t = std::fmax(qk, 0.f) * w[size_t(i) * H + h];
+            s = s + (rb ? round_bf16(t) : t);
+          }
+          want[size_t(i) * S + j] = rb == 1 ? round_bf16(s) : s;
+        }
+      }
+      DevPtr dq = gpu().put(qv), dw = gpu().put(w), dk = gpu().put(keys);
+      DevPtr st = smelt::test_cuda::step_info(gpu(), p0, rows), sc = gpu().put(std::vector<float>(want.size(), 0.f));
+      gpu().launch("indexer", "smelt_indexer_v41_scores", unsigned((S + 7) / 8), rows, 1, 256, unsigned(H * hd * 4), dq,
+                   dw, dk, int64_t(S), st, H, hd, ratio, rb, sc);
+      auto got = gpu().get<float>(sc, want.size());
+      expect_bits_equal(got.data(), want.data(), want.size(), "indexer_v41_scores H " + std::to_string(H) + " rb " +
+                                                                  std::to_string(rb));
+    }
+}
+
+// smelt_fake_quant (a thread per element, group amax by shuffles) at decode shapes with the launcher's grid (a
+// thread per element, 128 a block) and a 4-block grid-stride launch, against kernels/quant bit for bit.
+TEST(CudaDecodeKernels, FakeQuantDecodeShapesBitForBit) {
+  NEED_GPU();
+  struct Case {
+    int rows, heads, seg, channels, mode;
+  };
+  for (const Case& cs : {Case{1, 1, 512, 448, 0}, Case{1, 64, 512, 448, 1}, Case{1, 64, 128, 128, 2},
+                         Case{3, 5, 96, 48, 1}}) {
+    const int width = cs.heads * cs.seg;
+    auto x = randn(size_t(cs.rows) * width, 91 + cs.mode, 3.f);
+    x[3] = -0.f, x[17] = 1e-30f, x[64] = 1e6f;
+    // E2M1 modes: a NaN is skipped by the group's amax and saturates to 6 * s (E4M3 keeps NaN, whose bits the host
+    // and the device spell differently).
+    if (cs.mode != 0) x[40] = std::nanf("");
+    std::vector<float> ref = x;
+    for (int r = 0; r < cs.rows; ++r)
+      for (int h = 0; h < cs.heads; ++h) {
+        float* v = ref.data() + size_t(r) * width + size_t(h) * cs.seg;
+        if (cs.mode == 0) q::qdq_window_kv(v, cs.channels);
+        else if (cs.mode == 1) q::qdq_compressed_kv(v, cs.channels);
+        else q::qdq_index(v, cs.channels);
+      }
+    const unsigned grid = unsigned((int64_t(cs.rows) * cs.heads * cs.channels + 127) / 128);
+    for (unsigned g : {grid, 4u}) {
+      DevPtr d = gpu().put(x);
+      gpu().launch("quant", "smelt_fake_quant", g, 1, 1, 128, 0, d, cs.rows, width, cs.heads, cs.channels, cs.mode);
+      auto y = gpu().get<float>(d, x.size());
+      expect_bits_equal(y.data(), ref.data(), x.size(), "fake_quant mode " + std::to_string(cs.mode) + " grid " +
+                                                            std::to_string(g));
+    }
+  }
+}
+
+// warp_sum_d's butterfly over 32 lane values (the value every lane ends with).
+double butterfly(double* v) {
+  for (int o = 16; o >= 1; o >>= 1) {
+    double nx[32];
+    for (int L = 0; L < 32; ++L) nx[L] = v[L] + v[L ^ o];
+    std::copy(nx, nx + 32, v);
+  }
+  return v[0];
+}
+// block_sum_d over 256 threads of thread t's chain sum_{c = t, t + 256, ...} x[c]^2.
+double block_sumsq(const float* x, int n) {
+  double lanes[32], warps[32] = {};
+  for (int w = 0; w < 8; ++w) {
+    for (int L = 0; L < 32; ++L) {
+      double d = 0.0;
+      for (int c = w * 32 + L; c < n; c += 256) d += double(x[c]) * double(x[c]);
+      lanes[L] = d;
+    }
+    warps[w] = butterfly(lanes);
+  }
+  return butterfly(warps);
+}
+// rms_norm_shared with fp32 output (rb = 0).
+void rms_norm_host(float* v, int n, const float* w, float eps) {
+  const float ms = float(block_sumsq(v, n) / double(n));
+  const float r = 1.f / std::sqrt(ms + eps);
+  for (int c = 0; c < n; ++c) v[c] = w[c] * (v[c] * r);
+}
+
+// smelt_kv_compressor_emit's index key (wk staged through shared memory in column chunks) against its arithmetic
+// written out here, bit for bit: ratio 1, fp32 numerics (rb = 0), rope_dim 0, so every step is a correctly rounded
+// float / double operation (no expf / sincosf). hd 512 / dI 128 (V4.1-Flash), hd 1024 / dI 1000 (many chunks, 4
+// outputs a thread), F32 and BF16 wk.
+TEST(CudaDecodeKernels, KvCompressorIndexKeyBitForBit) {
+  NEED_GPU();
+  struct Case {
+    int hd, dI, wk_dt;
+  };
+  for (const Case& cs : {Case{512, 128, 0}, Case{512, 128, 1}, Case{1024, 1000, 0}}) {
+    const int hd = cs.hd, dI = cs.dI, cap = 8;
+    const int64_t p0 = 5;  // entry j = 5
+    const float eps = 1e-6f;
+    auto kv = randn(hd, 101), norm = randn(hd, 102), kn = randn(dI, 103), wk = randn(size_t(dI) * hd, 104, 0.05f);
+    std::vector<uint16_t> wk16(wk.size());
+    if (cs.wk_dt)
+      for (size_t i = 0; i < wk.size(); ++i) {
+        wk[i] = smelt::kernels::round_bf16(wk[i]);
+        uint32_t u;
+        std::memcpy(&u, &wk[i], 4);
+        wk16[i] = uint16_t(u >> 16);
+      }
+    std::vector<float> latent(kv), key(dI);
+    rms_norm_host(latent.data(), hd, norm.data(), eps);
+    for (int o = 0; o < dI; ++o) {
+      double acc = 0.0;
+      for (int c = 0; c < hd; ++c) acc += double(latent[c]) * double(wk[size_t(o) * hd + c]);
+      key[o] = float(acc);
+    }
+    rms_norm_host(key.data(), dI, kn.data(), eps);
+    DevPtr dkv = gpu().put(kv), dn = gpu().put(norm), dkn = gpu().put(kn);
+    DevPtr dwk = cs.wk_dt ? gpu().put(wk16) : gpu().put(wk), st = smelt::test_cuda::step_info(gpu(), p0, 1);
+    DevPtr pool = gpu().put(std::vector<float>(size_t(cap) * hd, 0.f));
+    DevPtr ipool = gpu().put(std::vector<float>(size_t(cap) * dI, 0.f));
+    gpu().launch("compressor", "smelt_kv_compressor_emit", 2, 1, 1, 256, 0, dkv, DevPtr(0), 1, st, DevPtr(0), 1, pool,
+                 ipool, int64_t(cap), dn, 0, dwk, cs.wk_dt, dkn, 0, 1, hd, dI, eps, 0, 0, InvFreq{});
+    auto gp = gpu().get<float>(pool, size_t(cap) * hd), gi = gpu().get<float>(ipool, size_t(cap) * dI);
+    const std::string what = "hd " + std::to_string(hd) + " dI " + std::to_string(dI);
+    expect_bits_equal(gp.data() + p0 * hd, latent.data(), size_t(hd), what + " pool");
+    expect_bits_equal(gi.data() + p0 * dI, key.data(), size_t(dI), what + " index key");
   }
 }
 
 TEST(CudaDecodeKernels, SplitRouterEqualsTheOneBlockRouter) {
   NEED_GPU();
-  const int rows = 3, D = 320, E = 384, K = 6;
-  auto x = randn(size_t(rows) * D, 41);
-  auto gate = randn(size_t(E) * D, 42, 0.05f);
-  for (int c = 0; c < D; ++c) gate[size_t(7) * D + c] = gate[size_t(300) * D + c];  // equal scores: lower expert first
-  auto bias = randn(E, 43, 0.01f);
-  std::vector<float> xr(x);
-  for (int c = 0; c < D; ++c) xr[size_t(2) * D + c] = 0.f;  // a row of equal scores everywhere
-  DevPtr dx = gpu().put(xr), dg = gpu().put(gate), db = gpu().put(bias), ids = gpu().put(std::vector<int32_t>(rows, 1));
-  for (int scoring : {0, 1, 2}) {
-    DevPtr w0 = gpu().alloc(rows * K * 4), i0 = gpu().alloc(rows * K * 4), w1 = gpu().alloc(rows * K * 4),
-           i1 = gpu().alloc(rows * K * 4), dots = gpu().alloc(size_t(rows) * E * 4);
-    gpu().launch("moe", "smelt_moe_route", rows, 1, 1, 256, unsigned(2 * E * 4), dx, D, dg, 0, E, db, 0, DevPtr(0), 0,
-                 int64_t(0), ids, K, scoring, 1, 2.5f, 1.0f, w0, i0);
-    gpu().launch("moe", "smelt_moe_gate_dots", (E + 7) / 8, rows, 1, 256, 0, dx, D, dg, 0, E, dots);
-    gpu().launch("moe", "smelt_moe_route_select", rows, 1, 1, 256, unsigned(3 * E * 4), dots, E, db, 0, DevPtr(0), 0,
-                 int64_t(0), ids, K, scoring, 1, 2.5f, 1.0f, w1, i1);
-    auto a = gpu().get<int32_t>(i0, rows * K), b = gpu().get<int32_t>(i1, rows * K);
-    EXPECT_EQ(a, b) << "scoring " << scoring;
-    auto wa = gpu().get<float>(w0, rows * K), wb = gpu().get<float>(w1, rows * K);
-    expect_bits_equal(wb.data(), wa.data(), wa.size(), "route weights, scoring " + std::to_string(scoring));
-  }
+  for (int D : {320, 5120})  // 5120: the V4.1-Flash hidden size (a lane's chain of 160 past the unroll of 16)
+    for (int gdt : {0, 1}) {  // F32 and BF16 gate
+      const int rows = 3, E = 384, K = 6;
+      auto x = randn(size_t(rows) * D, 41);
+      auto gate = randn(size_t(E) * D, 42, 0.05f);
+      for (int c = 0; c < D; ++c) gate[size_t(7) * D + c] = gate[size_t(300) * D + c];  // equal scores: lower expert first
+      std::vector<uint16_t> gate16(gate.size());
+      for (size_t i = 0; i < gate.size(); ++i) {
+        const float v = smelt::kernels::round_bf16(gate[i]);
+        uint32_t u;
+        std::memcpy(&u, &v, 4);
+        gate16[i] = uint16_t(u >> 16);
+      }
+      auto bias = randn(E, 43, 0.01f);
+      std::vector<float> xr(x);
+      for (int c = 0; c < D; ++c) xr[size_t(2) * D + c] = 0.f;  // a row of equal scores everywhere
+      DevPtr dx = gpu().put(xr), dg = gdt ? gpu().put(gate16) : gpu().put(gate), db = gpu().put(bias);
+      DevPtr ids = gpu().put(std::vector<int32_t>(rows, 1));
+      for (int scoring : {0, 1, 2}) {
+        DevPtr w0 = gpu().alloc(rows * K * 4), i0 = gpu().alloc(rows * K * 4), w1 = gpu().alloc(rows * K * 4),
+               i1 = gpu().alloc(rows * K * 4), dots = gpu().alloc(size_t(rows) * E * 4);
+        gpu().launch("moe", "smelt_moe_route", rows, 1, 1, 256, unsigned(2 * E * 4), dx, D, dg, gdt, E, db, 0,
+                     DevPtr(0), 0, int64_t(0), ids, K, scoring, 1, 2.5f, 1.0f, w0, i0);
+        // The runtime's launch: 2 warps a block.
+        gpu().launch("moe", "smelt_moe_gate_dots", (E + 1) / 2, rows, 1, 64, 0, dx, D, dg, gdt, E, dots);
+        gpu().launch("moe", "smelt_moe_route_select", rows, 1, 1, 256, unsigned(3 * E * 4), dots, E, db, 0, DevPtr(0), 0,
+                     int64_t(0), ids, K, scoring, 1, 2.5f, 1.0f, w1, i1);
+        auto a = gpu().get<int32_t>(i0, rows * K), b = gpu().get<int32_t>(i1, rows * K);
+        EXPECT_EQ(a, b) << "scoring " << scoring;
+        auto wa = gpu().get<float>(w0, rows * K), wb = gpu().get<float>(w1, rows * K);
+        expect_bits_equal(wb.data(), wa.data(), wa.size(), "route weights, scoring " + std::to_string(scoring));
+      }
+    }
 }
 
 // The `_bf16` entry points fold an op's `round = "bf16"` into the kernel: the plain kernel's output rounded

@@ -35,7 +35,7 @@ TEST(KernelsNvrtc, EveryFamilyCompilesForEveryArch) {
 // one has finished, so each entry point's first statement must be SMELT_KERNEL_PROLOGUE() (its griddepcontrol.wait
 // comes before any global memory access). A kernel without it could read its inputs before they are written.
 TEST(KernelsNvrtc, EveryEntryPointStartsWithTheDependentLaunchPrologue) {
-  const std::regex entry(R"(extern "C" __global__ void (smelt_[A-Za-z0-9_#]+)\([^{]*\{[\s\\]*([A-Za-z_]*))");
+  const std::regex entry(R"(extern "C" __global__ void\s+(?:__launch_bounds__\([^)]*\)[\s\\]*)?(smelt_[A-Za-z0-9_#]+)\([^{]*\{[\s\\]*([A-Za-z_]*))");
   int n = 0, entries = 0;
   for (const auto& s : kernel_sources()) {
     for (size_t at = s.text.find("extern \"C\" __global__"); at != std::string::npos;
@@ -55,7 +55,7 @@ TEST(KernelsNvrtc, PtxForTheOldestArch) {
 
 TEST(KernelsNvrtc, EntryPointsAreUniqueAndNamedByFamily) {
   std::map<std::string, std::string> seen;  // entry point -> family
-  const std::regex entry(R"(extern "C" __global__ void (smelt_[a-z0-9_]+)\()");
+  const std::regex entry(R"(extern "C" __global__ void\s+(?:__launch_bounds__\([^)]*\)[\s\\]*)?(smelt_[a-z0-9_]+)\()");
   for (const auto& s : kernel_sources())
     for (std::sregex_iterator it(s.text.begin(), s.text.end(), entry), end; it != end; ++it) {
       const std::string name = (*it)[1];

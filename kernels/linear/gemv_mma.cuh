@@ -1,0 +1,209 @@
+// Decode (1..8 rows) act-quant GEMVs on FP8 tensor cores (sm_89+), shared by the linear and MoE kernels.
+//
+// The CUDA-core kernels (gemv_aq.cuh) compute every 32-block sum exactly, ~4-6 instructions per weight: at
+// decode that, not memory, bounds them. Here one mma.sync.m16n8k32 (E4M3 x E4M3, fp32 accumulate, C = 0) gives
+// the block sums of 16 weight rows (output columns) x 8 token rows at once. The hardware's accumulation inside
+// the instruction is not guaranteed exact, so the results are within a tolerance of the exact kernels, not bit
+// for bit (docs/performance.md "Tensor-core decode"). Everything else is the exact kernels' arithmetic: the same
+// act quant codes and scales, term = (bsum * x scale) * w scale, terms folded in K order in fp32.
+//
+// Operands (swap AB): A = 16 weight rows x 32 k of one block, B = 32 k x 8 n with n = token row (n >= rows: 0).
+// Fragments of m16n8k32 (PTX ISA, 8-bit types), g = lane / 4, tig = lane % 4: a0 row g, k tig*4 + 0..3; a1 row
+// g + 8; a2 row g, k 16 + tig*4 + 0..3; a3 row g + 8; b0 k tig*4 + 0..3, n g; b1 k 16 + tig*4 + 0..3; c0, c1
+// (row g, n tig*2, tig*2 + 1), c2, c3 (row g + 8). A block sum does not care which k pairs with which as long as
+// A and B agree, so logical k tig*4 + i is physical byte tig*8 + i and 16 + tig*4 + i is tig*8 + 4 + i: a lane
+// reads 8 contiguous bytes of a weight row (a0 / a2 = low / high word) and of a staged row (b0 / b1).
+// FP4 (E2M1) weights become the E4M3 bytes of the same values in registers (exact) and take the same MMA.
+//
+// K may be split into S segments over the warps of a block: each warp folds its segment in K order from 0, the
+// segment partials are added in segment order (deterministic; differs from one fold by fp32 rounding only).
+#pragma once
+#include "kernels/linear/gemv_aq.cuh"  // prmt
+
+namespace smelt_dev {
+
+constexpr int kMmaWarps = 8;  // block of 256 threads
+
+// Byte stride of a staged row: K padded so that rows 0..3 start 8 banks apart (the half-warp of an 8-byte load
+// reads 4 rows x 32 bytes without bank conflicts). K % 32 == 0.
+__host__ __device__ constexpr int mma_x_stride(int K) { return K + ((8 - (K / 4) % 32 + 32) % 32) * 4; }
+
+// Dynamic shared memory: rows_staged code rows, scales [K/32][8], K-split partials [warps][4][32].
+__host__ __device__ constexpr int mma_smem_bytes(int K, int rows_staged) {
+  return rows_staged * mma_x_stride(K) + (K / 32) * 8 * 4 + kMmaWarps * 4 * 32 * 4;
+}
+
+// Act quant of `rows` rows of x (contiguous, K floats each) per token in K-blocks of 32, exactly as
+// gemv_stage_quant / smelt_act_quant_b32 (same scales, same codes), staged as E4M3 code bytes xq[r * stride + k]
+// and scales xsc[b * 8 + r]. NaN codes are staged as 0 (e4m3_units gives them 0 in the exact kernels). Call with
+// all threads; synchronises.
+__device__ __forceinline__ void mma_stage_quant(const float* x, int rows, int K, u8* xq, int stride, float* xsc) {
+  constexpr int kAhead = 8;
+  const int lane = threadIdx.x & 31, nb = K / 32, nw = blockDim.x >> 5, units = rows * nb;
+  for (int u0 = threadIdx.x >> 5; u0 < units; u0 += kAhead * nw) {
+    float v[kAhead];
+#pragma unroll
+    for (int j = 0; j < kAhead; ++j) {
+      const int u = u0 + j * nw;
+      v[j] = u < units ? x[i64(u) * 32 + lane] : 0.f;  // unit u = row u / nb, block u % nb
+    }
+#pragma unroll
+    for (int j = 0; j < kAhead; ++j) {
+      const int u = u0 + j * nw;  // the same for the whole warp
+      if (u < units) {
+        float amax = fabsf(v[j]);
+        for (int o = 16; o >= 1; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float s = pow2_scale(amax > 1e-4f ? amax : 1e-4f, 1.f / 448.f);
+        const u32 ef = (__float_as_uint(s) >> 23) & 0xFFu;  // 1 / s exact where it is a normal float
+        const bool pow2 = (__float_as_uint(s) & 0x807FFFFFu) == 0 && ef >= 2 && ef <= 252;
+        const float q = pow2 ? __fmul_rn(v[j], __uint_as_float((254u - ef) << 23)) : __fdiv_rn(v[j], s);
+        u8 code = e4m3_encode(clampf(q, -448.f, 448.f));
+        if ((code & 0x7F) == 0x7F) code = 0;
+        const int r = u / nb, b = u - r * nb;
+        xq[r * stride + b * 32 + lane] = code;
+        if (lane == 0) xsc[b * 8 + r] = s;
+      }
+    }
+  }
+  __syncthreads();
+}
+
+// d = A B (C = 0), m16n8k32 E4M3 x E4M3 -> fp32. Only reached on sm_89+ (the kernels trap below).
+__device__ __forceinline__ void mma_e4m3(float* d, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%10, %10, %10, %10};"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.f));
+#else
+  d[0] = d[1] = d[2] = d[3] = 0.f;
+  __trap();
+#endif
+}
+
+// Bytes of v that are E4M3 NaN codes set to 0 (e4m3_units' value for them).
+__device__ __forceinline__ u32 e4m3x4_nan_to_zero(u32 v) { return v & ~((e4m3x4_nan_bits(v) >> 7) * 0xFFu); }
+
+// Four E2M1 nibbles (low 16 bits of h) -> the E4M3 bytes of the same values: magnitudes {0,.5,1,1.5,2,3,4,6} are
+// E4M3 {0x00,0x30,0x38,0x3C,0x40,0x44,0x48,0x4C} (byte-permute lookup), the sign picks the 0x80 | variant.
+__device__ __forceinline__ u32 e2m1x4_to_e4m3(u32 h) {
+  const u32 mag = h & 0x7777u;
+  const u32 pos = prmt(0x3C383000u, 0x4C484440u, mag);
+  const u32 neg = prmt(0xBCB8B080u, 0xCCC8C4C0u, mag);
+  return prmt(pos, neg, 0x3210u | ((h & 0x8888u) >> 1));
+}
+
+// Block sums of 16 weight rows n0 .. n0+15 (rows >= N read as 0) of NW weight matrices over blocks [b0, b1) of
+// one K segment, folded in K order into acc[m]: NC = 2 keeps all four C values (token rows n = 2 tig, 2 tig + 1;
+// acc = c0, c1, c2, c3), NC = 1 only n = 0's (acc = c0, c2; the other lanes' values are unused). xrow: this lane's
+// staged code row (token row g), nullptr for B = 0; xsl: the scale of c0's token row at xsl[b * 8], c1's at
+// xsl[b * 8 + 1]. Weights: FP8 E4M3 [N, K] with E8M0 scales [ceil(N/blk), ceil(K/blk)] (blk >= 32, so the 16
+// rows of a tile share one scale row), FP4 packed [N, K/2] with scales [N, K/32]. Whole warp, uniform arguments.
+template <bool FP4, int NW, int NC>
+__device__ __forceinline__ void mma_segment(const u8* const* w, const u8* const* ws, i64 n0, i64 N, int K, int blk,
+                                            int b0, int b1, const u8* xrow, const float* xsl, float (*acc)[2 * NC]) {
+  constexpr int U = 8 / NW;  // blocks loaded ahead per warp (U * NW * 512 B FP8, 256 B FP4 in flight)
+  const int lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+  const bool vA = n0 + g < N, vB = n0 + g + 8 < N;
+  const i64 ldw = FP4 ? K / 2 : K;
+  const int nb = K / 32, sh = blk_log2(blk);
+  const u8* pA[NW];
+  const u8* pB[NW];
+  const u8* sA[NW];
+  const u8* sB[NW];
+#pragma unroll
+  for (int m = 0; m < NW; ++m) {
+    pA[m] = w[m] + (vA ? n0 + g : n0) * ldw + tig * (FP4 ? 4 : 8);
+    pB[m] = w[m] + (vB ? n0 + g + 8 : n0) * ldw + tig * (FP4 ? 4 : 8);
+    if (FP4) {
+      sA[m] = ws[m] + (vA ? n0 + g : n0) * nb;
+      sB[m] = ws[m] + (vB ? n0 + g + 8 : n0) * nb;
+    } else {
+      sA[m] = sB[m] = ws[m] + (n0 >> sh) * i64((K + blk - 1) >> sh);
+    }
+  }
+  for (int bb = b0; bb < b1; bb += U) {
+    uint2 qa[U][NW], qb[U][NW];  // FP8: 8 bytes of rows g and g + 8; FP4: .x only (8 nibbles)
+    u8 ska[U][NW], skb[U][NW];
+#pragma unroll
+    for (int j = 0; j < U; ++j) {
+      const int b = bb + j;
+      if (b < b1) {
+#pragma unroll
+        for (int m = 0; m < NW; ++m) {
+          if (FP4) {
+            qa[j][m].x = vA ? __ldg(reinterpret_cast<const u32*>(pA[m] + b * 16)) : 0u;
+            qb[j][m].x = vB ? __ldg(reinterpret_cast<const u32*>(pB[m] + b * 16)) : 0u;
+            qa[j][m].y = qb[j][m].y = 0u;
+            ska[j][m] = __ldg(sA[m] + b);
+            skb[j][m] = __ldg(sB[m] + b);
+          } else {
+            qa[j][m] = vA ? __ldg(reinterpret_cast<const uint2*>(pA[m] + b * 32)) : make_uint2(0u, 0u);
+            qb[j][m] = vB ? __ldg(reinterpret_cast<const uint2*>(pB[m] + b * 32)) : make_uint2(0u, 0u);
+            ska[j][m] = skb[j][m] = __ldg(sA[m] + ((b * 32) >> sh));
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < U; ++j) {
+      const int b = bb + j;
+      if (b >= b1) break;  // uniform
+      const uint2 xv = xrow ? *reinterpret_cast<const uint2*>(xrow + b * 32 + tig * 8) : make_uint2(0u, 0u);
+      const float xs0 = xsl[b * 8], xs1 = NC == 2 ? xsl[b * 8 + 1] : 0.f;
+#pragma unroll
+      for (int m = 0; m < NW; ++m) {
+        u32 a0, a1, a2, a3;
+        if (FP4) {
+          a0 = e2m1x4_to_e4m3(qa[j][m].x), a2 = e2m1x4_to_e4m3(qa[j][m].x >> 16);
+          a1 = e2m1x4_to_e4m3(qb[j][m].x), a3 = e2m1x4_to_e4m3(qb[j][m].x >> 16);
+        } else {
+          a0 = qa[j][m].x, a2 = qa[j][m].y, a1 = qb[j][m].x, a3 = qb[j][m].y;
+        }
+        float c[4];
+        mma_e4m3(c, a0, a1, a2, a3, xv.x, xv.y);
+        if (!FP4) {
+          // A NaN weight code makes its row's sums NaN (E4M3 has no inf and the staged codes hold no NaN); the exact
+          // kernels count NaN codes as 0: rare, so the block is redone with them zeroed.
+          const float t = (c[0] + c[1]) + (c[2] + c[3]);
+          if (__any_sync(0xffffffffu, t != t))
+            mma_e4m3(c, e4m3x4_nan_to_zero(a0), e4m3x4_nan_to_zero(a1), e4m3x4_nan_to_zero(a2),
+                     e4m3x4_nan_to_zero(a3), xv.x, xv.y);
+        }
+        const float wa = e8m0_decode(ska[j][m]), wb = FP4 ? e8m0_decode(skb[j][m]) : wa;
+        if (NC == 2) {
+          acc[m][0] = __fadd_rn(acc[m][0], __fmul_rn(__fmul_rn(c[0], xs0), wa));
+          acc[m][1] = __fadd_rn(acc[m][1], __fmul_rn(__fmul_rn(c[1], xs1), wa));
+          acc[m][2] = __fadd_rn(acc[m][2], __fmul_rn(__fmul_rn(c[2], xs0), wb));
+          acc[m][3] = __fadd_rn(acc[m][3], __fmul_rn(__fmul_rn(c[3], xs1), wb));
+        } else {
+          acc[m][0] = __fadd_rn(acc[m][0], __fmul_rn(__fmul_rn(c[0], xs0), wa));
+          acc[m][1] = __fadd_rn(acc[m][1], __fmul_rn(__fmul_rn(c[2], xs0), wb));
+        }
+      }
+    }
+  }
+}
+
+// Blocks [b0, b1) of segment s of S over nb blocks.
+__device__ __forceinline__ void mma_seg_range(int nb, int s, int S, int& b0, int& b1) {
+  b0 = int(i64(s) * nb / S);
+  b1 = int(i64(s + 1) * nb / S);
+}
+
+// K-split combine: every warp of the block stores its n partials (n <= 4) in part, then the warp of segment 0 of
+// each tile adds the other segments' in segment order. Call with all threads (S > 1 only); synchronises twice.
+template <int NV>
+__device__ __forceinline__ void mma_combine(float* part, float* v, int S) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+  for (int i = 0; i < NV; ++i) part[(warp * 4 + i) * 32 + lane] = v[i];
+  __syncthreads();
+  if (warp % S == 0)
+    for (int s = 1; s < S; ++s)
+#pragma unroll
+      for (int i = 0; i < NV; ++i) v[i] = __fadd_rn(v[i], part[((warp + s) * 4 + i) * 32 + lane]);
+  __syncthreads();
+}
+
+}  // namespace smelt_dev

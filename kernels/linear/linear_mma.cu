@@ -1,0 +1,64 @@
+// Decode act-quant linears on FP8 tensor cores (sm_89+; kernels/linear/gemv_mma.cuh): smelt_gemv_fp8_mma /
+// smelt_gemv_fp4_mma compute what smelt_gemv_fp8_aq / smelt_gemv_fp4_aq compute for 1..8 rows, the 32-block sums
+// by mma.sync (within a tolerance of the exact sums, docs/performance.md "Tensor-core decode").
+//
+// Launch (runtime/cuda/ops_mma.cc): block kMmaWarps * 32, dynamic shared memory mma_smem_bytes(K, rows), grid
+// <= ceil(ceil(N / 16) / (kMmaWarps / S)) persistent blocks. S (1, 2, 4 or 8) splits K over the warps of a block:
+// a block walks groups of kMmaWarps / S tiles of 16 output columns, S warps per tile.
+#include "kernels/linear/gemv_mma.cuh"
+
+using namespace smelt_dev;
+
+namespace {
+
+template <bool FP4>
+__device__ void gemv_mma_body(const float* x, float* y, const u8* w, const u8* ws, int rows, int K, int N, int blk,
+                              float scale_after, int round, int S) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  extern __shared__ __align__(16) unsigned char mma_sm[];
+  const int nb = K / 32, stride = mma_x_stride(K);
+  u8* xq = mma_sm;
+  float* xsc = reinterpret_cast<float*>(mma_sm + rows * stride);
+  float* part = xsc + nb * 8;
+  mma_stage_quant(x, rows, K, xq, stride, xsc);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+  const int tpg = kMmaWarps / S, seg = warp % S;
+  const int tiles = (N + 15) / 16, groups = (tiles + tpg - 1) / tpg;
+  int b0, b1;
+  mma_seg_range(nb, seg, S, b0, b1);
+  const u8* xrow = g < rows ? xq + g * stride : nullptr;
+  const float* xsl = xsc + 2 * tig;
+  for (int grp = blockIdx.x; grp < groups; grp += gridDim.x) {
+    const int tile = grp * tpg + warp / S;
+    float acc[1][4] = {{0.f, 0.f, 0.f, 0.f}};
+    if (tile < tiles) mma_segment<FP4, 1, 2>(&w, &ws, i64(tile) * 16, N, K, blk, b0, b1, xrow, xsl, acc);
+    if (S > 1) mma_combine<4>(part, acc[0], S);
+    if (seg != 0 || tile >= tiles) continue;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int n = tile * 16 + g + (i >= 2 ? 8 : 0), r = 2 * tig + (i & 1);
+      if (n < N && r < rows) {
+        float v = acc[0][i];
+        if (scale_after != 1.f) v = __fmul_rn(v, scale_after);
+        y[i64(r) * N + n] = round ? round_bf16(v) : v;
+      }
+    }
+  }
+#else
+  __trap();  // the runtime launches these on sm_89+ only
+#endif
+}
+
+}  // namespace
+
+// x [rows, K] float (quantized per token inside), y [rows, N]; rows <= 8, K % 32 == 0.
+extern "C" __global__ void smelt_gemv_fp8_mma(const float* x, float* y, const u8* w, const u8* ws, int rows, int K,
+                                              int N, int blk, float scale_after, int round, int ksplit) {
+  SMELT_KERNEL_PROLOGUE();
+  gemv_mma_body<false>(x, y, w, ws, rows, K, N, blk, scale_after, round, ksplit);
+}
+extern "C" __global__ void smelt_gemv_fp4_mma(const float* x, float* y, const u8* w, const u8* ws, int rows, int K,
+                                              int N, int blk, float scale_after, int round, int ksplit) {
+  SMELT_KERNEL_PROLOGUE();
+  gemv_mma_body<true>(x, y, w, ws, rows, K, N, blk, scale_after, round, ksplit);
+}

@@ -1,0 +1,127 @@
+// Decode (one row) V4.1 expert GEMVs on FP8 tensor cores (sm_89+; kernels/linear/gemv_mma.cuh):
+// smelt_moe_up_*_mma / smelt_moe_down_*_mma compute what smelt_moe_up_*_aq_dec / smelt_moe_down_*_aq_dec compute
+// (expert_of, invalid slots -> 0, rb, limit, rw, round: the same epilogues), the 32-block sums by mma.sync (within
+// a tolerance of the exact sums, docs/performance.md "Tensor-core decode"). Only token row n = 0 of the MMA is
+// used: each slot has its own expert. This file follows moe.cu in the family's module (ExpertW, eptr, expert_of).
+//
+// Launch (runtime/cuda/ops_mma.cc): block kMmaWarps * 32, persistent grid over groups of kMmaWarps / S tiles (a
+// tile = one slot's 16 output columns; S warps split K per tile). Dynamic shared memory mma_smem_bytes(D, 1) for
+// up, mma_smem_bytes(F, topk) for down (topk <= 8).
+#include "kernels/linear/gemv_mma.cuh"
+
+using namespace smelt_dev;
+
+namespace {
+
+// up: h[t, f] = the swiglu of up_dec_body from g = x . w1[f], u = x . w3[f] of slot t's expert.
+template <bool FP4>
+__device__ void up_mma_body(const float* x, int D, int F, int topk, const i32* idx, int n_experts, const float* rw,
+                            const ExpertW& w, int blk, float limit, int rb, float* h, int S) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  extern __shared__ __align__(16) unsigned char mma_sm[];
+  const int nb = D / 32, stride = mma_x_stride(D);
+  u8* xq = mma_sm;
+  float* xsc = reinterpret_cast<float*>(mma_sm + stride);
+  float* part = xsc + nb * 8;
+  mma_stage_quant(x, 1, D, xq, stride, xsc);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+  const int tpg = kMmaWarps / S, seg = warp % S;
+  const int tps = (F + 15) / 16, tiles = topk * tps, groups = (tiles + tpg - 1) / tpg;
+  int b0, b1;
+  mma_seg_range(nb, seg, S, b0, b1);
+  const u8* xrow = g == 0 ? xq : nullptr;
+  for (int grp = blockIdx.x; grp < groups; grp += gridDim.x) {
+    const int tile = grp * tpg + warp / S;
+    const int t = tile / tps, f0 = (tile - t * tps) * 16;
+    const int e = tile < tiles ? expert_of(idx, t, n_experts) : -1;
+    float acc[2][2] = {{0.f, 0.f}, {0.f, 0.f}};  // [g, u][rows g, g + 8]
+    if (e >= 0) {
+      const u8* wm[2] = {eptr(w, e, 0), eptr(w, e, 4)};
+      const u8* sm[2] = {eptr(w, e, 1), eptr(w, e, 5)};
+      mma_segment<FP4, 2, 1>(wm, sm, f0, F, D, blk, b0, b1, xrow, xsc, acc);
+    }
+    if (S > 1) mma_combine<4>(part, &acc[0][0], S);
+    if (seg != 0 || tile >= tiles || tig != 0) continue;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int f = f0 + g + 8 * i;
+      if (f >= F) continue;
+      const i64 q = i64(t) * F + f;
+      if (e < 0) {
+        h[q] = 0.f;
+        continue;
+      }
+      float gs = acc[0][i], us = acc[1][i];
+      if (rb) gs = round_bf16(gs), us = round_bf16(us);
+      if (limit > 0.f) {
+        us = clampf(us, -limit, limit);
+        gs = gs < limit ? gs : limit;
+      }
+      float v = __fmul_rn(siluf_(gs), us);
+      if (rw) v = __fmul_rn(rw[t], v);
+      h[q] = rb ? round_bf16(v) : v;
+    }
+  }
+#else
+  __trap();  // the runtime launches these on sm_89+ only
+#endif
+}
+
+// down: out[t, d] = act_quant(h[t]) . w2[d] of slot t's expert (bf16 when rb and the slot is valid, or round).
+template <bool FP4>
+__device__ void down_mma_body(const float* h, int D, int F, int topk, const i32* idx, int n_experts,
+                              const ExpertW& w, int blk, int rb, int round, float* out, int S) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  extern __shared__ __align__(16) unsigned char mma_sm[];
+  const int nb = F / 32, stride = mma_x_stride(F);
+  u8* xq = mma_sm;
+  float* xsc = reinterpret_cast<float*>(mma_sm + topk * stride);
+  float* part = xsc + nb * 8;
+  mma_stage_quant(h, topk, F, xq, stride, xsc);  // slot t's row: xq + t * stride, scales xsc[b * 8 + t]
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+  const int tpg = kMmaWarps / S, seg = warp % S;
+  const int tps = (D + 15) / 16, tiles = topk * tps, groups = (tiles + tpg - 1) / tpg;
+  int b0, b1;
+  mma_seg_range(nb, seg, S, b0, b1);
+  for (int grp = blockIdx.x; grp < groups; grp += gridDim.x) {
+    const int tile = grp * tpg + warp / S;
+    const int t = tile / tps, d0 = (tile - t * tps) * 16;
+    const int e = tile < tiles ? expert_of(idx, t, n_experts) : -1;
+    float acc[1][2] = {{0.f, 0.f}};
+    if (e >= 0) {
+      const u8* wm = eptr(w, e, 2);
+      const u8* sm = eptr(w, e, 3);
+      mma_segment<FP4, 1, 1>(&wm, &sm, d0, D, F, blk, b0, b1, g == 0 ? xq + t * stride : nullptr, xsc + t, acc);
+    }
+    if (S > 1) mma_combine<2>(part, acc[0], S);
+    if (seg != 0 || tile >= tiles || tig != 0) continue;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int d = d0 + g + 8 * i;
+      if (d >= D) continue;
+      const float y = e >= 0 ? acc[0][i] : 0.f;
+      out[i64(t) * D + d] = ((rb && e >= 0) || round) ? round_bf16(y) : y;
+    }
+  }
+#else
+  __trap();
+#endif
+}
+
+}  // namespace
+
+#define SMELT_MOE_MMA(NAME, FP4)                                                                                  \
+  extern "C" __global__ void smelt_moe_up_##NAME##_mma(const float* x, int D, int F, int topk, const i32* idx,     \
+                                                       int n_experts, const float* rw, ExpertW w, int blk,         \
+                                                       float limit, int rb, float* h, int ksplit) {                \
+    SMELT_KERNEL_PROLOGUE();                                                                                      \
+    up_mma_body<FP4>(x, D, F, topk, idx, n_experts, rw, w, blk, limit, rb, h, ksplit);                            \
+  }                                                                                                               \
+  extern "C" __global__ void smelt_moe_down_##NAME##_mma(const float* h, int D, int F, int topk, const i32* idx,   \
+                                                         int n_experts, ExpertW w, int blk, int rb, int round,     \
+                                                         float* out, int ksplit) {                                 \
+    SMELT_KERNEL_PROLOGUE();                                                                                      \
+    down_mma_body<FP4>(h, D, F, topk, idx, n_experts, w, blk, rb, round, out, ksplit);                            \
+  }
+SMELT_MOE_MMA(fp8, false)
+SMELT_MOE_MMA(fp4, true)

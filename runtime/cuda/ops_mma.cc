@@ -1,0 +1,71 @@
+// Launchers of the tensor-core decode act-quant GEMVs (runtime/cuda/ops_mma.h).
+#include "runtime/cuda/ops_mma.h"
+
+#include <algorithm>
+#include <string>
+
+namespace smelt::runtime::cuda::detail {
+
+namespace {
+
+constexpr int kMmaWarps = 8;  // kernels/linear/gemv_mma.cuh: block of 256 threads
+
+// gemv_mma.cuh mma_x_stride / mma_smem_bytes.
+int mma_x_stride(int K) { return K + ((8 - (K / 4) % 32 + 32) % 32) * 4; }
+unsigned mma_smem(int K, int rows_staged) {
+  return unsigned(rows_staged * mma_x_stride(K) + (K / 32) * 8 * 4 + kMmaWarps * 4 * 32 * 4);
+}
+
+// K segments per 16-column tile (1, 2, 4 or 8 warps of a block): split until the tiles fill every warp slot of the
+// persistent grid, keeping >= 4 blocks of 32 per segment (small N, e.g. 512 columns, needs the split to reach the
+// multiprocessors at all).
+int ksplit(int64_t tiles, int nb, unsigned blocks) {
+  int S = 1;
+  while (S < kMmaWarps && tiles * S < int64_t(blocks) * kMmaWarps && nb / (2 * S) >= 4) S *= 2;
+  return S;
+}
+
+unsigned grid(int64_t tiles, int S, unsigned blocks) {
+  const int64_t groups = (tiles + kMmaWarps / S - 1) / (kMmaWarps / S);
+  return unsigned(std::min<int64_t>(groups, blocks));
+}
+
+}  // namespace
+
+bool try_linear_mma(Ctx& c, DevPtr x, DevPtr y, const LinearW& f, DevPtr w, DevPtr s, int rows, int K, int N,
+                    float scale_after, int round) {
+  if (!f.quant || rows < 1 || rows > 8 || K % 32 || N < 1) return false;
+  const unsigned smem = mma_smem(K, rows);
+  if (smem > kGemvMaxSmem) return false;
+  const unsigned blocks = gemv_blocks(c.l);
+  const int64_t tiles = (int64_t(N) + 15) / 16;
+  const int S = ksplit(tiles, K / 32, blocks);
+  const std::string name = std::string("smelt_gemv_") + f.fmt + "_mma";
+  c.go(name.c_str(), grid(tiles, S, blocks), 1, 1, kMmaWarps * 32, smem, x, y, w, s, rows, K, N, int(f.blk),
+       scale_after, round, S);
+  return true;
+}
+
+bool try_experts_mma(Ctx& c, const ExpertsMma& a) {
+  if (!a.f.quant || a.topk < 1 || a.topk > 8 || a.D % 32 || a.F % 32) return false;
+  const unsigned smem_up = mma_smem(a.D, 1), smem_down = mma_smem(a.F, a.topk);
+  if (smem_up > kGemvMaxSmem || smem_down > kGemvMaxSmem) return false;
+  const unsigned blocks = gemv_blocks(c.l);
+  const int rb = 1;  // the model's numerics (the caller's branch)
+  const int64_t tiles_up = int64_t(a.topk) * ((a.F + 15) / 16), tiles_down = int64_t(a.topk) * ((a.D + 15) / 16);
+  const int s_up = ksplit(tiles_up, a.D / 32, blocks), s_down = ksplit(tiles_down, a.F / 32, blocks);
+  const std::string up = std::string("smelt_moe_up_") + a.f.fmt + "_mma";
+  c.go(up.c_str(), grid(tiles_up, s_up, blocks), 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk, a.idx,
+       a.n_experts, a.rw, a.ew, int(a.f.blk), a.limit, rb, a.h, s_up);
+  const std::string down = std::string("smelt_moe_down_") + a.f.fmt + "_mma";
+  c.go(down.c_str(), grid(tiles_down, s_down, blocks), 1, 1, kMmaWarps * 32, smem_down, a.h, a.D, a.F, a.topk, a.idx,
+       a.n_experts, a.ew, int(a.f.blk), rb, int(!a.routed && a.round), a.out, s_down);
+  if (a.routed)
+    c.go("smelt_moe_combine", cdiv(a.D, 256), 1u, 1, 256, 0, a.out, a.rw, a.idx, a.topk, a.n_experts, a.D, int(0),
+         a.final_out);
+  else
+    c.round_done = true;  // swiglu_mlp: the down kernel wrote final_out, rounded when the op asks
+  return true;
+}
+
+}  // namespace smelt::runtime::cuda::detail

@@ -1,0 +1,26 @@
+// Launchers of the tensor-core decode act-quant GEMVs (kernels/linear/linear_mma.cu, kernels/moe/moe_mma.cu;
+// sm_89+, FP8 MMA). Each returns false (launching nothing) where its kernel does not apply, and the caller takes
+// the exact CUDA-core path; the same answer in prepare (dry) and run, so scratch sizes agree. They carve no scratch.
+#pragma once
+#include "runtime/cuda/ops_common.h"
+
+namespace smelt::runtime::cuda::detail {
+
+// y = act_quant(x) W^T for rows <= 8 (the act-quant branch of linear()).
+bool try_linear_mma(Ctx& c, DevPtr x, DevPtr y, const LinearW& f, DevPtr w, DevPtr s, int rows, int K, int N,
+                    float scale_after, int round);
+
+// The V4.1 expert FFN of one row with the model's numerics (run_experts): up (swiglu into h), down (into out),
+// then smelt_moe_combine into final_out when routed; swiglu_mlp (not routed): down writes final_out, rounded
+// when `round`, and c.round_done is set.
+struct ExpertsMma {
+  DevPtr x, idx, rw, h, out, final_out;
+  ExpertW ew;
+  int D, F, topk, n_experts;
+  LinearW f;
+  float limit;
+  bool routed, round;
+};
+bool try_experts_mma(Ctx& c, const ExpertsMma& a);
+
+}  // namespace smelt::runtime::cuda::detail

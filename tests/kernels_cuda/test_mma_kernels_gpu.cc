@@ -1,0 +1,311 @@
+// GPU tests (ctest label "gpu") of the tensor-core decode GEMVs (kernels/linear/linear_mma.cu, kernels/moe/
+// moe_mma.cu, sm_89+) against the exact CUDA-core kernels they replace (smelt_gemv_*_aq, smelt_moe_*_aq_dec),
+// which test_decode_kernels_gpu.cc checks against kernels/quant bit for bit.
+//
+// Tolerance. The MMA's block sum of 32 E4M3 x E4M3 products accumulates in hardware, not guaranteed exact; the
+// products themselves are exact, so its error is bounded by a small multiple of 2^-23 times the block's sum of
+// |products|. Splitting K into segments changes only the fp32 order of the term fold: at most ~2 nb 2^-24 times
+// the sum of |terms|. With A = sum_b xs_b ws_b sum_k |x_k w_k| (float64, from kernels/quant's act quant and
+// decoders) every output must satisfy |y_mma - y_exact| <= kTol * A, kTol = 2^-14 (>= 2 * 256 * 2^-24 + 2^-15 for
+// K <= 8192); bf16 outputs may in addition differ by one bf16 ulp (2^-7 |y|). The tests print the largest
+// |y_mma - y_exact| / A seen and how many outputs were bit-equal (all of them if the hardware sums are exact).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+
+#include "kernels/quant/reference.h"
+#include "runtime/cuda/kernel_args.h"
+#include "tests/kernels_cuda/harness.h"
+
+namespace {
+
+using smelt::runtime::cuda::ExpertW;
+using smelt::test_cuda::DevPtr;
+using smelt::test_cuda::gpu;
+using smelt::test_cuda::randn;
+namespace q = smelt::kernels::quant;
+
+constexpr double kTol = 1.0 / 16384;  // 2^-14
+
+bool has_fp8_mma() {
+  const std::string a = gpu().arch();  // "sm_90"
+  return a.size() > 3 && std::atoi(a.c_str() + 3) >= 89;
+}
+#define NEED_MMA()                                                 \
+  NEED_GPU();                                                      \
+  if (!has_fp8_mma()) GTEST_SKIP() << "FP8 mma.sync needs sm_89+"
+
+std::vector<uint8_t> codes(size_t n, uint32_t seed) {  // E4M3 codes without NaN (FP4: any byte)
+  std::mt19937 r(seed);
+  std::vector<uint8_t> c(n);
+  for (auto& b : c) do b = uint8_t(r()); while ((b & 0x7f) == 0x7f);
+  return c;
+}
+std::vector<uint8_t> e8m0(size_t n, uint32_t seed) {
+  std::mt19937 r(seed);
+  std::vector<uint8_t> c(n);
+  for (auto& b : c) b = uint8_t(118 + r() % 8);
+  return c;
+}
+
+// gemv_mma.cuh mma_x_stride / mma_smem_bytes, and gemv_aq.cuh gemv_smem_bytes for the exact kernels.
+int x_stride(int K) { return K + ((8 - (K / 4) % 32 + 32) % 32) * 4; }
+unsigned mma_smem(int K, int rows) { return unsigned(rows * x_stride(K) + (K / 32) * 8 * 4 + 8 * 4 * 32 * 4); }
+unsigned aq_smem(int K, int rows_staged, int cpb, int terms, bool fp4) {
+  return unsigned(rows_staged * (K * (fp4 ? 4 : 8) + (K / 32) * 4) + 2 * cpb * terms * (K / 32 + 1) * 4);
+}
+
+// |w| of weight (n, k) without its scale, and the scale: FP8 [N, K] blocks blk, FP4 packed [N, K/2] per 32.
+struct Weights {
+  bool fp4;
+  int N, K, blk;
+  std::vector<uint8_t> w, s;
+  double absval(int64_t n, int64_t k) const {
+    if (fp4) return std::fabs(q::e2m1_decode(uint8_t((w[size_t(n * K + k) / 2] >> (4 * (k & 1))) & 0xF)));
+    return std::fabs(q::e4m3_decode(w[size_t(n * K + k)]));
+  }
+  double scale(int64_t n, int64_t b) const {
+    if (fp4) return q::e8m0_decode(s[size_t(n * (K / 32) + b)]);
+    return q::e8m0_decode(s[size_t((n / blk) * ((K + blk - 1) / blk) + b * 32 / blk)]);
+  }
+};
+Weights make_weights(bool fp4, int N, int K, int blk, uint32_t seed) {
+  Weights W{fp4, N, K, blk, {}, {}};
+  W.w = codes(fp4 ? size_t(N) * K / 2 : size_t(N) * K, seed);
+  W.s = e8m0(fp4 ? size_t(N) * (K / 32) : size_t((N + blk - 1) / blk) * ((K + blk - 1) / blk), seed + 1);
+  return W;
+}
+
+// A[r * N + n] = sum_b xs_b ws_b sum_k |x_k w_k| of the act-quantized rows x [rows, K].
+std::vector<double> abs_mass(const std::vector<float>& x, int rows, const Weights& W) {
+  const int K = W.K, nb = K / 32;
+  std::vector<uint8_t> xc(size_t(rows) * K);
+  std::vector<float> xs(size_t(rows) * nb);
+  q::act_quant(x.data(), rows, K, 32, xc.data(), xs.data());
+  std::vector<double> xa(xc.size());
+  for (size_t i = 0; i < xc.size(); ++i) {
+    const float v = q::e4m3_decode(xc[i]);
+    xa[i] = std::isnan(v) ? 0.0 : std::fabs(v);
+  }
+  std::vector<double> A(size_t(rows) * W.N, 0.0);
+  for (int n = 0; n < W.N; ++n)
+    for (int b = 0; b < nb; ++b) {
+      double wa[32];
+      for (int k = 0; k < 32; ++k) wa[k] = W.absval(n, b * 32 + k);
+      const double ws = W.scale(n, b);
+      for (int r = 0; r < rows; ++r) {
+        double s = 0;
+        for (int k = 0; k < 32; ++k) s += xa[size_t(r) * K + b * 32 + k] * wa[k];
+        A[size_t(r) * W.N + n] += s * xs[size_t(r) * nb + b] * ws;
+      }
+    }
+  return A;
+}
+
+struct Stats {
+  double worst = 0;
+  size_t equal = 0, total = 0;
+  void print(const std::string& what) const {
+    std::printf("[ mma ] %s: max |diff| / A = %.3g (bound %.3g), bit-equal %zu of %zu\n", what.c_str(), worst, kTol,
+                equal, total);
+  }
+};
+
+// |a - e| <= kTol * A (+ one bf16 ulp of e when bf16): both finite or both NaN.
+void expect_close(const std::vector<float>& a, const std::vector<float>& e, const std::vector<double>& A, bool bf16,
+                  const std::string& what, Stats& st) {
+  ASSERT_EQ(a.size(), e.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ++st.total;
+    if (std::memcmp(&a[i], &e[i], 4) == 0) {
+      ++st.equal;
+      continue;
+    }
+    const double d = std::fabs(double(a[i]) - double(e[i]));
+    const double bound = kTol * A[i] + (bf16 ? std::ldexp(std::fabs(double(e[i])), -7) : 0.0);
+    if (A[i] > 0) st.worst = std::max(st.worst, (bf16 ? std::max(0.0, d - (bound - kTol * A[i])) : d) / A[i]);
+    ASSERT_LE(d, bound) << what << " element " << i << ": " << a[i] << " vs exact " << e[i] << ", A " << A[i];
+  }
+}
+
+// K segments as the launcher picks them (runtime/cuda/ops_mma.cc ksplit) for a grid of `blocks`.
+int ksplit(int64_t tiles, int nb, unsigned blocks) {
+  int S = 1;
+  while (S < 8 && tiles * S < int64_t(blocks) * 8 && nb / (2 * S) >= 4) S *= 2;
+  return S;
+}
+
+void run_linear(bool fp4, int rows, int K, int N, int S, unsigned grid, int round, float scale_after, uint32_t seed,
+                Stats& st) {
+  const Weights W = make_weights(fp4, N, K, 128, seed);
+  auto x = randn(size_t(rows) * K, seed + 7, 2.f);
+  x[0] = 0.f, x[1] = 1e-7f, x[2] = 600.f;
+  const auto A = abs_mass(x, rows, W);
+  std::vector<double> As(A);
+  for (auto& v : As) v *= std::fabs(scale_after);
+  DevPtr dx = gpu().put(x), dw = gpu().put(W.w), ds = gpu().put(W.s);
+  DevPtr y0 = gpu().alloc(size_t(rows) * N * 4), y1 = gpu().alloc(size_t(rows) * N * 4);
+  const std::string f = fp4 ? "fp4" : "fp8";
+  // The exact kernel: one grid row per token row; cpb 4 columns per group.
+  gpu().launch("linear", ("smelt_gemv_" + f + "_aq").c_str(), 8, rows, 1, 512, aq_smem(K, 1, 4, 1, fp4), dx, y0, dw, ds,
+               K, N, 128, scale_after, round, 4);
+  gpu().launch("linear", ("smelt_gemv_" + f + "_mma").c_str(), grid, 1, 1, 256, mma_smem(K, rows), dx, y1, dw, ds,
+               rows, K, N, 128, scale_after, round, S);
+  const std::string what = f + " rows " + std::to_string(rows) + " K " + std::to_string(K) + " N " +
+                           std::to_string(N) + " S " + std::to_string(S) + " round " + std::to_string(round);
+  expect_close(gpu().get<float>(y1, size_t(rows) * N), gpu().get<float>(y0, size_t(rows) * N), As, round != 0, what, st);
+}
+
+// Partial tiles (N % 16 != 0), rows 1..8, every K split, persistent blocks walking several groups, bf16 + scale.
+TEST(CudaMmaKernels, GemvWithinToleranceOfTheExactKernel) {
+  NEED_MMA();
+  for (bool fp4 : {false, true}) {
+    Stats st;
+    for (int rows = 1; rows <= 8; ++rows)
+      for (int S : {1, 2, 4, 8}) run_linear(fp4, rows, 512, 200, S, 3, 0, 1.f, 10 + rows, st);
+    for (int S : {1, 8}) run_linear(fp4, 3, 1280, 77, S, 2, 1, 0.75f, 40, st);
+    run_linear(fp4, 2, 96, 33, 8, 1, 0, 1.f, 41, st);  // more segments than blocks of 32 per segment
+    st.print(std::string(fp4 ? "fp4" : "fp8") + " gemv, small shapes");
+  }
+}
+
+// The V4.1-Flash shapes (K x N) with the launcher's split for an H200 (132 multiprocessors, 2 blocks each).
+TEST(CudaMmaKernels, GemvRealShapes) {
+  NEED_MMA();
+  const int shapes[][2] = {{5120, 1536}, {1536, 32768}, {5120, 512}, {8192, 5120}};
+  for (bool fp4 : {false, true}) {
+    Stats st;
+    for (const auto& sh : shapes)
+      for (int rows : {1, 4}) {
+        const int K = sh[0], N = sh[1];
+        const int64_t tiles = (N + 15) / 16;
+        const int S = ksplit(tiles, K / 32, 264);
+        const unsigned grid = unsigned(std::min<int64_t>((tiles + 8 / S - 1) / (8 / S), 264));
+        run_linear(fp4, rows, K, N, S, grid, 1, 1.f, 100 + K + rows, st);
+      }
+    st.print(std::string(fp4 ? "fp4" : "fp8") + " gemv, V4.1-Flash shapes");
+  }
+}
+
+// FP8 NaN weight codes count as 0, as in the exact kernels (the MMA block is redone with them zeroed).
+TEST(CudaMmaKernels, GemvFp8NanCodesCountAsZero) {
+  NEED_MMA();
+  const int rows = 2, K = 512, N = 40;
+  Weights W = make_weights(false, N, K, 128, 77);
+  for (int n = 0; n < N; n += 3) W.w[size_t(n) * K + size_t(n % 16) * 32 + 5] = (n & 1) ? 0xFF : 0x7F;
+  auto x = randn(size_t(rows) * K, 78, 2.f);
+  const auto A = abs_mass(x, rows, W);
+  DevPtr dx = gpu().put(x), dw = gpu().put(W.w), ds = gpu().put(W.s);
+  DevPtr y0 = gpu().alloc(size_t(rows) * N * 4), y1 = gpu().alloc(size_t(rows) * N * 4);
+  gpu().launch("linear", "smelt_gemv_fp8_aq", 4, rows, 1, 512, aq_smem(K, 1, 4, 1, false), dx, y0, dw, ds, K, N, 128,
+               1.f, 0, 4);
+  gpu().launch("linear", "smelt_gemv_fp8_mma", 2, 1, 1, 256, mma_smem(K, rows), dx, y1, dw, ds, rows, K, N, 128, 1.f,
+               0, 2);
+  Stats st;
+  expect_close(gpu().get<float>(y1, size_t(rows) * N), gpu().get<float>(y0, size_t(rows) * N), A, false, "nan", st);
+}
+
+// Experts: up (g, u, swiglu) and down of the selected experts against the _aq_dec kernels; an invalid slot.
+void run_moe(bool fp4, int E, int D, int F, const std::vector<int32_t>& idx, bool model, unsigned grid, uint32_t seed,
+             Stats& st) {
+  const int topk = int(idx.size());
+  std::vector<Weights> w1, w2, w3;
+  std::vector<uint8_t> b1, b2, b3, c1, c2, c3;
+  for (int e = 0; e < E; ++e) {
+    w1.push_back(make_weights(fp4, F, D, 128, seed + 10 * e));
+    w2.push_back(make_weights(fp4, D, F, 128, seed + 10 * e + 3));
+    w3.push_back(make_weights(fp4, F, D, 128, seed + 10 * e + 6));
+    b1.insert(b1.end(), w1[e].w.begin(), w1[e].w.end()), c1.insert(c1.end(), w1[e].s.begin(), w1[e].s.end());
+    b2.insert(b2.end(), w2[e].w.begin(), w2[e].w.end()), c2.insert(c2.end(), w2[e].s.begin(), w2[e].s.end());
+    b3.insert(b3.end(), w3[e].w.begin(), w3[e].w.end()), c3.insert(c3.end(), w3[e].s.begin(), w3[e].s.end());
+  }
+  const int64_t wn1 = int64_t(w1[0].w.size()), sn1 = int64_t(w1[0].s.size());
+  const int64_t wn2 = int64_t(w2[0].w.size()), sn2 = int64_t(w2[0].s.size());
+  ExpertW ew{{gpu().put(b1), gpu().put(c1), gpu().put(b2), gpu().put(c2), gpu().put(b3), gpu().put(c3)},
+             {wn1, sn1, wn2, sn2, wn1, sn1},
+             0};
+  auto x = randn(size_t(D), seed + 99, 1.f);
+  std::vector<float> rwv(idx.size());
+  for (int t = 0; t < topk; ++t) rwv[size_t(t)] = 0.25f * float(t + 1);
+  const int rb = model ? 1 : 0;
+  const float limit = model ? 0.05f : 0.f;
+  // E == 1: the shared expert (idx null).
+  DevPtr dx = gpu().put(x), didx = E == 1 ? DevPtr(0) : gpu().put(idx), rw = model ? gpu().put(rwv) : DevPtr(0);
+  const std::string f = fp4 ? "fp4" : "fp8";
+  const std::string what = f + " D " + std::to_string(D) + " F " + std::to_string(F) + (model ? " model" : " plain");
+  DevPtr h0 = gpu().alloc(size_t(topk) * F * 4), h1 = gpu().alloc(size_t(topk) * F * 4);
+  gpu().launch("moe", ("smelt_moe_up_" + f + "_aq_dec").c_str(), 16, 1, 1, 512, aq_smem(D, 1, 4, 2, fp4), dx, D, F,
+               topk, didx, E, rw, ew, 128, limit, rb, h0, 4);
+  const int64_t tiles_up = int64_t(topk) * ((F + 15) / 16);
+  const int s_up = ksplit(tiles_up, D / 32, 264);
+  gpu().launch("moe", ("smelt_moe_up_" + f + "_mma").c_str(), grid, 1, 1, 256, mma_smem(D, 1), dx, D, F, topk, didx, E,
+               rw, ew, 128, limit, rb, h1, s_up);
+  auto he = gpu().get<float>(h0, size_t(topk) * F), hm = gpu().get<float>(h1, size_t(topk) * F);
+  // Bound of h = silu(g) u (plain): |dh| <= 1.1 |dg| |u| + |g| |du| with |dg| <= kTol A_g (|silu'| < 1.1).
+  std::vector<double> Ah(he.size(), 0.0);
+  for (int t = 0; t < topk; ++t) {
+    if (idx[size_t(t)] < 0 || idx[size_t(t)] >= E) continue;
+    const int e = idx[size_t(t)];
+    const auto Ag = abs_mass(x, 1, w1[size_t(e)]), Au = abs_mass(x, 1, w3[size_t(e)]);
+    // |g| <= A_g, |u| <= A_u, |silu(g)| <= |g|: |dh| <= (1.1 + 1) kTol A_g A_u.
+    for (int j = 0; j < F; ++j) Ah[size_t(t) * F + j] = 2.2 * Ag[size_t(j)] * Au[size_t(j)];
+  }
+  for (int t = 0; t < topk; ++t) {
+    if (idx[size_t(t)] >= 0 && idx[size_t(t)] < E) continue;
+    for (int j = 0; j < F; ++j) EXPECT_EQ(hm[size_t(t) * F + j], 0.f) << what << " invalid slot " << t;
+  }
+  if (model) {
+    // bf16 roundings of g and u before the clamps and silu: a one-ulp flip there moves h by ~2^-7 of its scale.
+    for (size_t i = 0; i < he.size(); ++i)
+      ASSERT_LE(std::fabs(double(hm[i]) - double(he[i])), std::ldexp(std::fabs(double(he[i])), -6) + 2 * kTol * Ah[i] +
+                                                                 1e-6)
+          << what << " up element " << i;
+  } else {
+    expect_close(hm, he, Ah, false, what + " up", st);
+  }
+  // down from the same h (the exact kernel's).
+  DevPtr o0 = gpu().alloc(size_t(topk) * D * 4), o1 = gpu().alloc(size_t(topk) * D * 4);
+  gpu().launch("moe", ("smelt_moe_down_" + f + "_aq_dec").c_str(), 16, 1, 1, 512, aq_smem(F, topk, 4, 1, fp4), h0, D, F,
+               topk, didx, E, ew, 128, rb, 0, o0, 4);
+  const int64_t tiles_down = int64_t(topk) * ((D + 15) / 16);
+  gpu().launch("moe", ("smelt_moe_down_" + f + "_mma").c_str(), grid, 1, 1, 256, mma_smem(F, topk), h0, D, F, topk, didx,
+               E, ew, 128, rb, 0, o1, ksplit(tiles_down, F / 32, 264));
+  std::vector<double> Ad(size_t(topk) * D, 0.0);
+  for (int t = 0; t < topk; ++t) {
+    if (idx[size_t(t)] < 0 || idx[size_t(t)] >= E) continue;
+    const std::vector<float> ht(he.begin() + int64_t(t) * F, he.begin() + int64_t(t + 1) * F);
+    const auto a = abs_mass(ht, 1, w2[size_t(idx[size_t(t)])]);
+    std::copy(a.begin(), a.end(), Ad.begin() + int64_t(t) * D);
+  }
+  expect_close(gpu().get<float>(o1, size_t(topk) * D), gpu().get<float>(o0, size_t(topk) * D), Ad, model,
+               what + " down", st);
+}
+
+TEST(CudaMmaKernels, MoeWithinToleranceOfTheExactKernels) {
+  NEED_MMA();
+  for (bool fp4 : {false, true}) {
+    Stats st;
+    for (bool model : {false, true}) {
+      run_moe(fp4, 5, 256, 96, {4, -1, 1}, model, 3, 200, st);      // an invalid slot; 3 persistent blocks
+      run_moe(fp4, 3, 320, 224, {2, 0, 1, 2, 7}, model, 5, 300, st);  // 7 >= E: invalid; 5 slots
+    }
+    st.print(std::string(fp4 ? "fp4" : "fp8") + " experts, small shapes");
+  }
+}
+
+// The V4.1-Flash expert shapes: 6 routed slots (D 5120, F 2304) and the shared expert (one slot, idx null).
+TEST(CudaMmaKernels, MoeRealShapes) {
+  NEED_MMA();
+  for (bool fp4 : {false, true}) {
+    Stats st;
+    run_moe(fp4, 6, 5120, 2304, {5, 0, 3, 1, 4, 2}, true, 264, 400, st);
+    run_moe(fp4, 1, 5120, 2304, {0}, false, 264, 500, st);
+    st.print(std::string(fp4 ? "fp4" : "fp8") + " experts, V4.1-Flash shapes");
+  }
+}
+
+}  // namespace

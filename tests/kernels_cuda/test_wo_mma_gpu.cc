@@ -1,0 +1,293 @@
+// Tensor-core weight-only GEMVs (kernels/linear/linear_wo_mma.cu, kernels/moe/moe_wo_mma.cu) against a float64
+// oracle written here (exact dequantization, the dot in double) and against the CUDA-core fp32 kernels.
+//
+// Tolerance (docs/performance.md "Tensor-core weight-only decode"): with mag = sum_k |x_k w_k| and nb = K / 32,
+//   |y - exact| <= (nb + 32) * 2^-24 * mag
+// for both kernels. MMA kernel: x = hi + lo to ~2^-22 relative per element (+ an absolute 2^-40 of the block max);
+// f16 products exact; the tensor cores' block sum within ~5 * 2^-22 of the block's sum |x w|; then one fp32 fma a
+// block in K order (<= nbp * 2^-24) and the K-part fold (<= 8 * 2^-24). CUDA-core kernel: lane chains of K / 32
+// fmas and a 5-step butterfly. A worst-case bound misses errors that are small per element (dropping lo costs
+// ~2^-12 per element but ~2^-18 of mag on K = 5120), so the root mean square of |y - exact| / mag must also stay
+// below 2^-21 (measured far below; hi alone gives ~2^-16 .. 2^-18).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+
+#include "runtime/cuda/kernel_args.h"
+#include "tests/kernels_cuda/harness.h"
+
+namespace {
+
+using smelt::runtime::cuda::ExpertW;
+using smelt::test_cuda::DevPtr;
+using smelt::test_cuda::gpu;
+using smelt::test_cuda::randn;
+
+double e4m3(uint8_t c) {
+  const int e = (c >> 3) & 15, m = c & 7;
+  if (e == 15 && m == 7) return std::numeric_limits<double>::quiet_NaN();
+  const double v = e == 0 ? m * std::ldexp(1.0, -9) : (1.0 + m / 8.0) * std::ldexp(1.0, e - 7);
+  return (c & 0x80) ? -v : v;
+}
+double e2m1(uint8_t n) {
+  static const double t[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+  return (n & 8) ? -t[n & 7] : t[n & 7];
+}
+double e8m0(uint8_t e) { return e == 255 ? std::numeric_limits<double>::quiet_NaN() : std::ldexp(1.0, int(e) - 127); }
+
+// A quantized weight [rows_w, K] with its scales, and its exact dequantization.
+struct QW {
+  bool fp4;
+  int rows_w, K, blk;
+  std::vector<uint8_t> w, s;
+  std::vector<double> deq;
+};
+QW make_qw(bool fp4, int rows_w, int K, int blk, uint32_t seed) {
+  QW q{fp4, rows_w, K, fp4 ? 32 : blk, {}, {}, {}};
+  std::mt19937 r(seed);
+  q.w.resize(size_t(rows_w) * (fp4 ? K / 2 : K));
+  for (auto& b : q.w) {
+    do b = uint8_t(r()); while (!fp4 && (b & 0x7f) == 0x7f);  // NaN codes only where a test puts them
+  }
+  const int sr = fp4 ? rows_w : (rows_w + blk - 1) / blk, scols = fp4 ? K / 32 : (K + blk - 1) / blk;
+  q.s.resize(size_t(sr) * scols);
+  for (auto& b : q.s) b = uint8_t(118 + r() % 8);
+  return q;
+}
+void dequant(QW& q) {
+  const int K = q.K;
+  q.deq.assign(size_t(q.rows_w) * K, 0.0);
+  for (int n = 0; n < q.rows_w; ++n)
+    for (int k = 0; k < K; ++k) {
+      double v, s;
+      if (q.fp4) {
+        const uint8_t b = q.w[size_t(n) * (K / 2) + k / 2];
+        v = e2m1(k % 2 ? b >> 4 : b & 15);
+        s = e8m0(q.s[size_t(n) * (K / 32) + k / 32]);
+      } else {
+        v = e4m3(q.w[size_t(n) * K + k]);
+        s = e8m0(q.s[size_t(n / q.blk) * ((K + q.blk - 1) / q.blk) + k / q.blk]);
+      }
+      q.deq[size_t(n) * K + k] = v * s;
+    }
+}
+
+unsigned wo_smem(int R, int S) { return unsigned(8 * 32 * 16 + R * (S * 128 + 16 + S * 4)); }
+
+struct Err {
+  double worst = 0, sq = 0;  // worst (|err| / tol), sum of (|err| / mag)^2
+  int64_t n = 0, nonfinite_mismatch = 0;
+  void add(double got, double exact, double mag, int nb) {
+    if (!std::isfinite(exact) || !std::isfinite(got)) {
+      const bool same = std::isnan(exact) ? std::isnan(got) : got == exact;
+      nonfinite_mismatch += !same;
+      return;
+    }
+    const double tol = (nb + 32) * std::ldexp(1.0, -24) * mag + 1e-35;
+    worst = std::max(worst, std::fabs(got - exact) / tol);
+    if (mag > 0) sq += std::pow((got - exact) / mag, 2), ++n;
+  }
+  double rms() const { return n ? std::sqrt(sq / double(n)) : 0.0; }
+};
+
+// y [rows, G*N] for x [rows, G*K] through both kernels; checks both against the oracle, MMA row 0 alone == row 0.
+void check_linear(bool fp4, int rows, int K, int N, int G, int blk, int ks, int cb, uint32_t seed, float xscale = 1.f,
+                  bool specials = false) {
+  SCOPED_TRACE(std::string(fp4 ? "fp4" : "fp8") + " rows " + std::to_string(rows) + " K " + std::to_string(K) +
+               " N " + std::to_string(N) + " G " + std::to_string(G) + " ks " + std::to_string(ks) + " cb " +
+               std::to_string(cb));
+  QW q = make_qw(fp4, G * N, K, blk, seed);
+  auto x = randn(size_t(rows) * G * K, seed + 1, xscale);
+  if (specials) {
+    const float inf = std::numeric_limits<float>::infinity();
+    x[3] = inf;                                    // row 0: +inf in block 0
+    if (rows > 1) x[size_t(G) * K + 40] = std::nanf("");  // row 1: NaN in block 1
+    if (rows > 2) x[2 * size_t(G) * K + 64] = -inf, x[2 * size_t(G) * K + 65] = 1e30f;
+    if (rows > 3) for (int k = 0; k < 32; ++k) x[3 * size_t(G) * K + k] = k % 2 ? inf : -inf;  // inf - inf: NaN
+    if (!fp4) q.w[size_t(5) * K + 7] = 0x7F, q.w[size_t(N - 1) * K + K - 1] = 0xFF;  // NaN codes: columns 5, N-1
+    else q.w[size_t(6) * (K / 2)] = 0x00;  // a zero weight at k = 0 of column 6 (inf * 0 = NaN in row 0)
+    x[0] = inf;
+  }
+  dequant(q);
+  const int nb = K / 32;
+  DevPtr dx = gpu().put(x), dw = gpu().put(q.w), ds = gpu().put(q.s);
+  DevPtr dy = gpu().alloc(size_t(rows) * G * N * 4), dc = gpu().alloc(size_t(rows) * G * N * 4);
+  DevPtr d1 = gpu().alloc(size_t(G) * N * 4);
+  const std::string mma = fp4 ? "smelt_linear_fp4_wo_mma" : "smelt_linear_fp8_wo_mma";
+  const int R = std::min(rows, 8), tpc = 8 / ks, groups = ((N + 15) / 16 + tpc - 1) / tpc;
+  gpu().launch("linear", mma.c_str(), unsigned(std::min(groups, 40)), unsigned((rows + 7) / 8), unsigned(G), 256,
+               wo_smem(R, ks * cb), dx, dy, dw, ds, rows, K, N, q.blk, 1.0f, 0, ks, cb);
+  gpu().launch("linear", mma.c_str(), unsigned(std::min(groups, 40)), 1u, unsigned(G), 256, wo_smem(1, ks * cb), dx,
+               d1, dw, ds, 1, K, N, q.blk, 1.0f, 0, ks, cb);
+  gpu().launch("linear", fp4 ? "smelt_linear_fp4" : "smelt_linear_fp8", unsigned((N + 7) / 8), unsigned(G), 1, 256, 0,
+               dx, dc, dw, ds, rows, K, N, q.blk, 1.0f, 0);
+  auto y = gpu().get<float>(dy, size_t(rows) * G * N), yc = gpu().get<float>(dc, size_t(rows) * G * N);
+  auto y1 = gpu().get<float>(d1, size_t(G) * N);
+  Err em, ec;
+  for (int r = 0; r < rows; ++r)
+    for (int z = 0; z < G; ++z)
+      for (int n = 0; n < N; ++n) {
+        double exact = 0, mag = 0;
+        const float* xr = &x[size_t(r) * G * K + size_t(z) * K];
+        const double* wr = &q.deq[size_t(z * N + n) * K];
+        for (int k = 0; k < K; ++k) exact += double(xr[k]) * wr[k], mag += std::fabs(double(xr[k]) * wr[k]);
+        const size_t i = size_t(r) * G * N + size_t(z) * N + n;
+        em.add(y[i], exact, mag, nb);
+        ec.add(yc[i], exact, mag, nb);
+      }
+  EXPECT_LE(em.worst, 1.0) << "tensor-core kernel vs float64";
+  EXPECT_LE(ec.worst, 1.0) << "CUDA-core kernel vs float64";
+  EXPECT_LE(em.rms(), std::ldexp(1.0, -21)) << "tensor-core kernel: rms of |err| / mag";
+  EXPECT_EQ(em.nonfinite_mismatch, 0) << "tensor-core kernel: inf / NaN differ from float64";
+  EXPECT_EQ(ec.nonfinite_mismatch, 0) << "CUDA-core kernel: inf / NaN differ from float64";
+  int differ = 0;
+  for (size_t i = 0; i < y1.size(); ++i) differ += std::memcmp(&y1[i], &y[i], 4) != 0;
+  EXPECT_EQ(differ, 0) << "row 0 alone vs in " << rows << " rows (bits)";
+  std::printf("  %s rows %d K %d N %d G %d ks %d cb %d: worst/tol mma %.3g cuda-core %.3g, rms err/mag mma %.3g\n",
+              fp4 ? "fp4" : "fp8", rows, K, N, G, ks, cb, em.worst, ec.worst, em.rms());
+}
+
+TEST(WoMma, LinearRowsTilesAndKSplits) {
+  NEED_GPU();
+  for (bool fp4 : {false, true})
+    for (int rows = 1; rows <= 8; ++rows) check_linear(fp4, rows, 320, 300, 1, 32, 1, 10, 10 + rows);
+  for (bool fp4 : {false, true})
+    for (int ks : {1, 2, 4, 8})
+      for (int cb : {1, 3, 40}) check_linear(fp4, 3, 1280, 72, 1, 128, ks, std::min(cb, (40 + ks - 1) / ks), 50 + ks);
+  check_linear(false, 11, 256, 40, 1, 64, 2, 4, 70);  // two row groups (grid y)
+  check_linear(true, 17, 256, 24, 1, 32, 1, 8, 71);
+  check_linear(false, 5, 512, 33, 1, 32, 4, 4, 72, 1e-30f);  // tiny activations (f16 subnormal lo)
+  check_linear(false, 5, 512, 33, 1, 32, 4, 4, 73, 1e30f);   // huge activations
+}
+
+TEST(WoMma, LinearInfAndNaN) {
+  NEED_GPU();
+  for (bool fp4 : {false, true}) check_linear(fp4, 4, 256, 40, 1, 32, 2, 4, 80, 1.f, true);
+}
+
+TEST(WoMma, LinearRealShapes) {
+  NEED_GPU();
+  // (K, N): q_a-like 5120 x 1536, the head-sized 1536 x 32768, 5120 x 512, 8192 x 5120, grouped wo_a (8 x 4096 x 1024).
+  check_linear(false, 1, 5120, 1536, 1, 128, 8, 20, 90);
+  check_linear(false, 2, 1536, 32768, 1, 128, 1, 48, 91);
+  check_linear(false, 1, 5120, 512, 1, 128, 8, 20, 92);
+  check_linear(false, 4, 8192, 5120, 1, 128, 2, 21, 93);
+  check_linear(false, 1, 4096, 1024, 8, 128, 1, 128, 94);
+  check_linear(true, 1, 5120, 1536, 1, 32, 8, 20, 95);
+  check_linear(true, 8, 8192, 512, 1, 32, 8, 4, 96);
+}
+
+// Experts: E experts, slots idx [rows * topk] (-1 = none); up h = swiglu(x w1, x w3), down out = h w2.
+void check_experts(bool fp4, int rows, int topk, int E, int D, int F, int blk, const std::vector<int>& idx, int ks_up,
+                   int ks_down, uint32_t seed) {
+  SCOPED_TRACE(std::string(fp4 ? "fp4" : "fp8") + " experts D " + std::to_string(D) + " F " + std::to_string(F));
+  const float limit = 7.f;
+  std::vector<QW> w1, w2, w3;
+  for (int e = 0; e < E; ++e) {
+    w1.push_back(make_qw(fp4, F, D, blk, seed + 10 * e + 1));
+    w3.push_back(make_qw(fp4, F, D, blk, seed + 10 * e + 2));
+    w2.push_back(make_qw(fp4, D, F, blk, seed + 10 * e + 3));
+  }
+  auto cat = [&](std::vector<QW>& v, bool scales, int64_t& stride) {
+    std::vector<uint8_t> all;
+    for (auto& q : v) {
+      const auto& b = scales ? q.s : q.w;
+      stride = int64_t(b.size() + 255) / 256 * 256;
+      const size_t at = all.size();
+      all.resize(at + size_t(stride));
+      std::copy(b.begin(), b.end(), all.begin() + at);
+    }
+    return gpu().put(all);
+  };
+  ExpertW ew{};
+  ew.base[0] = cat(w1, false, ew.stride[0]), ew.base[1] = cat(w1, true, ew.stride[1]);
+  ew.base[2] = cat(w2, false, ew.stride[2]), ew.base[3] = cat(w2, true, ew.stride[3]);
+  ew.base[4] = cat(w3, false, ew.stride[4]), ew.base[5] = cat(w3, true, ew.stride[5]);
+  ew.table = 0;
+  for (int e = 0; e < E; ++e) dequant(w1[e]), dequant(w2[e]), dequant(w3[e]);
+  auto x = randn(size_t(rows) * D, seed, 1.f);
+  const int RT = rows * topk;
+  DevPtr dx = gpu().put(x), didx = gpu().put(idx);
+  DevPtr h = gpu().alloc(size_t(RT) * F * 4), hc = gpu().alloc(size_t(RT) * F * 4);
+  DevPtr out = gpu().alloc(size_t(RT) * D * 4), outc = gpu().alloc(size_t(RT) * D * 4);
+  const std::string f = fp4 ? "fp4" : "fp8";
+  const int cb_up = (D / 32 + ks_up - 1) / ks_up, cb_down = (F / 32 + ks_down - 1) / ks_down;
+  gpu().launch("moe", ("smelt_moe_up_" + f + "_wo_mma").c_str(), 30, unsigned(RT), 1, 256, wo_smem(1, ks_up * cb_up),
+               dx, D, F, topk, didx, E, ew, blk, limit, h, ks_up, cb_up);
+  gpu().launch("moe", ("smelt_moe_up_" + f).c_str(), unsigned((F + 7) / 8), unsigned(RT), 1, 256, 0, dx, D, F, topk,
+               didx, E, ew, blk, limit, hc);
+  auto hv = gpu().get<float>(h, size_t(RT) * F), hcv = gpu().get<float>(hc, size_t(RT) * F);
+  gpu().launch("moe", ("smelt_moe_down_" + f + "_wo_mma").c_str(), 30, unsigned(RT), 1, 256,
+               wo_smem(1, ks_down * cb_down), h, D, F, topk, didx, E, ew, blk, out, ks_down, cb_down);
+  gpu().launch("moe", ("smelt_moe_down_" + f).c_str(), unsigned((D + 7) / 8), unsigned(RT), 1, 256, 0, h, D, F, topk,
+               didx, E, ew, blk, outc);
+  auto ov = gpu().get<float>(out, size_t(RT) * D), ocv = gpu().get<float>(outc, size_t(RT) * D);
+  Err eg, ed, edc;
+  double worst_h = 0;
+  for (int t = 0; t < RT; ++t) {
+    const int e = idx[t], r = t / topk;
+    for (int j = 0; j < F; ++j) {
+      const size_t i = size_t(t) * F + j;
+      if (e < 0) {
+        EXPECT_EQ(hv[i], 0.f);
+        continue;
+      }
+      double g = 0, u = 0, mg = 0, mu = 0;
+      for (int k = 0; k < D; ++k) {
+        const double xv = x[size_t(r) * D + k], a = w1[e].deq[size_t(j) * D + k], b = w3[e].deq[size_t(j) * D + k];
+        g += xv * a, u += xv * b, mg += std::fabs(xv * a), mu += std::fabs(xv * b);
+      }
+      // h = silu(min(g, l)) * clamp(u, -l, l): |dh/dg| <= 1.1 |u|, |dh/du| <= |silu(g)|; + float rounding of h.
+      const double gc = std::min(g, double(limit)), uc = std::clamp(u, -double(limit), double(limit));
+      const double hs = gc / (1 + std::exp(-gc)) * uc;
+      const double tg = (D / 32 + 32) * std::ldexp(1.0, -24) * mg, tu = (D / 32 + 32) * std::ldexp(1.0, -24) * mu;
+      const double silu = gc / (1 + std::exp(-gc));
+      const double tol = 1.1 * std::fabs(uc) * tg + std::fabs(silu) * tu + 1e-6 * std::fabs(hs) + 1e-30;
+      worst_h = std::max({worst_h, std::fabs(hv[i] - hs) / tol, std::fabs(hcv[i] - hs) / tol});
+    }
+    for (int d = 0; d < D; ++d) {
+      const size_t i = size_t(t) * D + d;
+      if (e < 0) {
+        EXPECT_EQ(ov[i], 0.f);
+        continue;
+      }
+      double exact = 0, mag = 0;
+      for (int k = 0; k < F; ++k) {
+        const double a = double(hv[size_t(t) * F + k]) * w2[e].deq[size_t(d) * F + k];
+        exact += a, mag += std::fabs(a);
+      }
+      ed.add(ov[i], exact, mag, F / 32);
+      edc.add(ocv[i], exact, mag, F / 32);
+    }
+  }
+  EXPECT_LE(worst_h, 1.0) << "up (swiglu) vs float64, both kernels";
+  EXPECT_LE(ed.worst, 1.0) << "down: tensor-core kernel vs float64";
+  EXPECT_LE(edc.worst, 1.0) << "down: CUDA-core kernel vs float64";
+  EXPECT_LE(ed.rms(), std::ldexp(1.0, -21)) << "down: rms of |err| / mag";
+  std::printf("  %s experts D %d F %d: worst/tol up %.3g down mma %.3g cuda-core %.3g, rms err/mag down %.3g\n",
+              f.c_str(), D, F, worst_h, ed.worst, edc.worst, ed.rms());
+}
+
+TEST(WoMma, ExpertsSmall) {
+  NEED_GPU();
+  for (bool fp4 : {false, true}) {
+    check_experts(fp4, 2, 3, 4, 256, 96, 32, {2, -1, 0, 3, 3, 1}, 1, 1, 100);
+    check_experts(fp4, 2, 3, 4, 320, 160, 64, {1, 0, 2, 2, -1, 3}, 2, 4, 101);
+  }
+}
+
+TEST(WoMma, ExpertsRealShapes) {
+  NEED_GPU();
+  // Routed: 6 slots of one row, dim 5120, inter 2304 (FP4 experts; FP8 with 128-blocks); shared expert: one slot.
+  check_experts(true, 1, 6, 6, 5120, 2304, 32, {0, 1, 2, 3, 4, 5}, 2, 2, 110);
+  check_experts(false, 1, 6, 6, 5120, 2304, 128, {5, 4, 3, 2, 1, 0}, 2, 2, 111);
+  check_experts(false, 1, 1, 1, 5120, 2304, 128, {0}, 8, 8, 112);
+}
+
+}  // namespace

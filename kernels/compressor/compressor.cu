@@ -13,7 +13,6 @@ using namespace smelt_dev;
 namespace {
 
 constexpr int kMaxHd = 1024;
-constexpr int kWkStage = 8192;  // floats of wk staged at a time by smelt_kv_compressor_emit (dI <= kMaxHd)
 
 struct InvFreq {
   float v[256];
@@ -127,7 +126,7 @@ extern "C" __global__ void smelt_compressor_ring_store(const float* kv, const fl
 // V4.1 kv_compressor entry j (reference kv_compressor_v41). ratio 2: kv / gate [T, hd] fp32 projections of
 // the chunk, ring [R, 2*hd]; ratio 1: kv = the chunk's projections (rounded to bf16 here), gate/ring unused.
 // wk [dI, hd] (nullptr: no index key), k_norm [dI]. rb = 0: numerics fp32 (no bf16 roundings).
-// grid (T/ratio + 1), block 256 (the index key's per-thread outputs assume blockDim 256: dI <= 4 * 256).
+// grid (T/ratio + 1), block 256.
 extern "C" __global__ void smelt_kv_compressor_emit(const float* kv, const float* gate, int T, const StepInfo* step,
                                                     const float* ring, int R, float* pool, float* index_pool,
                                                     i64 capacity, const void* norm, int norm_dt, const void* wk,
@@ -137,7 +136,6 @@ extern "C" __global__ void smelt_kv_compressor_emit(const float* kv, const float
   __shared__ float latent[kMaxHd];
   __shared__ float work[kMaxHd];
   __shared__ double red[32];
-  __shared__ float wst[kWkStage];
   const i64 p0 = step->p0;
   const i64 j = p0 / ratio + blockIdx.x;
   if (j >= (p0 + T) / ratio || j >= capacity) return;
@@ -160,36 +158,10 @@ extern "C" __global__ void smelt_kv_compressor_emit(const float* kv, const float
   rms_norm_shared(latent, hd, norm, norm_dt, eps, rb, red);
   const i64 pos = j * ratio;
   if (wk && index_pool) {
-    // Index key: output o = sum over c = 0 .. hd-1 in order (double). wk is staged through shared memory in
-    // column chunks (row stride kc + 1: no bank conflicts), read coalesced once, instead of every thread walking
-    // its own row of global memory (~58 us a decode step); each sum keeps its order and operations.
-    const int kc = kWkStage / dI - 1;
-    double s[kMaxHd / 256];
-#pragma unroll
-    for (int u = 0; u < kMaxHd / 256; ++u) s[u] = 0.0;
-    for (int c0 = 0; c0 < hd; c0 += kc) {
-      const int n = hd - c0 < kc ? hd - c0 : kc;
-      for (int k = threadIdx.x; k < dI * n; k += blockDim.x) {
-        const int o = k / n, i = k - o * n;
-        wst[o * (kc + 1) + i] = ldw(wk, i64(o) * hd + c0 + i, wk_dt);
-      }
-      __syncthreads();
-#pragma unroll
-      for (int u = 0; u < kMaxHd / 256; ++u) {
-        const int o = threadIdx.x + u * blockDim.x;
-        if (o < dI) {
-          const float* w = wst + o * (kc + 1);
-          double acc = s[u];
-          for (int i = 0; i < n; ++i) acc += double(latent[c0 + i]) * double(w[i]);
-          s[u] = acc;
-        }
-      }
-      __syncthreads();
-    }
-#pragma unroll
-    for (int u = 0; u < kMaxHd / 256; ++u) {
-      const int o = threadIdx.x + u * blockDim.x;
-      if (o < dI) work[o] = rnd(float(s[u]));
+    for (int o = threadIdx.x; o < dI; o += blockDim.x) {
+      double s = 0.0;
+      for (int c = 0; c < hd; ++c) s += double(latent[c]) * double(ldw(wk, i64(o) * hd + c, wk_dt));
+      work[o] = rnd(float(s));
     }
     __syncthreads();
     rms_norm_shared(work, dI, k_norm, kn_dt, eps, rb, red);

@@ -46,6 +46,10 @@ __device__ __forceinline__ void grid_dep_launch() {
 }
 // Both, at the top of every extern "C" kernel.
 #define SMELT_KERNEL_PROLOGUE() (smelt_dev::grid_dep_wait(), smelt_dev::grid_dep_launch())
+// Instead, for a kernel that first reads inputs no kernel writes (weights): its body calls grid_dep_wait() before
+// it reads anything else (test_kernels_nvrtc checks the family calls it), so the weight loads overlap the previous
+// kernel's tail.
+#define SMELT_KERNEL_PROLOGUE_WEIGHTS_FIRST() smelt_dev::grid_dep_launch()
 
 __device__ __forceinline__ float bf16_to_f32(u16 h) { return __uint_as_float(u32(h) << 16); }
 

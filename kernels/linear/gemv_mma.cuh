@@ -93,72 +93,98 @@ __device__ __forceinline__ u32 e2m1x4_to_e4m3(u32 h) {
   return prmt(pos, neg, 0x3210u | ((h & 0x8888u) >> 1));
 }
 
+// This lane's weight bytes of one 32-block: rows g and g + 8 of NW matrices (FP8: a0 / a2 = row g's 8 bytes,
+// a1 / a3 = row g + 8's; FP4: a0 / a1 = the rows' 8 nibbles) and their E8M0 scale codes (FP8: the block's, shared
+// by the 16 rows; FP4: row g's | row g + 8's << 8).
+template <bool FP4, int NW>
+struct MmaW {
+  u32 a0[NW], a1[NW], a2[NW], a3[NW], sc[NW];
+};
+
 // Block sums of 16 weight rows n0 .. n0+15 (rows >= N read as 0) of NW weight matrices over blocks [b0, b1) of
-// one K segment, folded in K order into acc[m]: NC = 2 keeps all four C values (token rows n = 2 tig, 2 tig + 1;
-// acc = c0, c1, c2, c3), NC = 1 only n = 0's (acc = c0, c2; the other lanes' values are unused). xrow: this lane's
-// staged code row (token row g), nullptr for B = 0; xsl: the scale of c0's token row at xsl[b * 8], c1's at
-// xsl[b * 8 + 1]. Weights: FP8 E4M3 [N, K] with E8M0 scales [ceil(N/blk), ceil(K/blk)] (blk >= 32, so the 16
-// rows of a tile share one scale row), FP4 packed [N, K/2] with scales [N, K/32]. Whole warp, uniform arguments.
-template <bool FP4, int NW, int NC>
-__device__ __forceinline__ void mma_segment(const u8* const* w, const u8* const* ws, i64 n0, i64 N, int K, int blk,
-                                            int b0, int b1, const u8* xrow, const float* xsl, float (*acc)[2 * NC]) {
-  constexpr int U = 8 / NW;  // blocks loaded ahead per warp (U * NW * 512 B FP8, 256 B FP4 in flight)
-  const int lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
-  const bool vA = n0 + g < N, vB = n0 + g + 8 < N;
-  const i64 ldw = FP4 ? K / 2 : K;
-  const int nb = K / 32, sh = blk_log2(blk);
+// one K segment, folded in K order into acc[m] (run): NC = 2 keeps all four C values (token rows n = 2 tig,
+// 2 tig + 1; acc = c0, c1, c2, c3), NC = 1 only n = 0's (acc = c0, c2; the other lanes' values are unused). xrow:
+// this lane's staged code row (token row g), nullptr for B = 0; xsl: the scale of c0's token row at xsl[b * 8],
+// c1's at xsl[b * 8 + 1]. Weights: FP8 E4M3 [N, K] with E8M0 scales [ceil(N/blk), ceil(K/blk)] (blk >= 32, so the
+// 16 rows of a tile share one scale row), FP4 packed [N, K/2] with scales [N, K/32]. Whole warp, uniform arguments.
+//
+// The loads are software-pipelined: two register batches of U blocks, the next batch's loads issued before the
+// current batch's MMAs, so a warp always has U .. 2U blocks in flight (the first version loaded a batch, then
+// computed it, and kept DRAM busy ~35% of the time: Nsight Compute on the real shapes). prefetch() issues the first
+// batch early (before the act-quant staging, or before the dependent-launch wait: weights are never written).
+template <bool FP4, int NW>
+struct MmaSegment {
+  static constexpr int U = (FP4 ? 8 : 4) / NW;  // blocks a batch
   const u8* pA[NW];
   const u8* pB[NW];
   const u8* sA[NW];
   const u8* sB[NW];
+  bool vA, vB;
+  int sh;
+  MmaW<FP4, NW> q[U];  // the batch at the current position
+
+  __device__ __forceinline__ void init(const u8* const* w, const u8* const* ws, i64 n0, i64 N, int K, int blk) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+    vA = n0 + g < N, vB = n0 + g + 8 < N;
+    const i64 ldw = FP4 ? K / 2 : K;
+    const int nb = K / 32;
+    sh = blk_log2(blk);
 #pragma unroll
-  for (int m = 0; m < NW; ++m) {
-    pA[m] = w[m] + (vA ? n0 + g : n0) * ldw + tig * (FP4 ? 4 : 8);
-    pB[m] = w[m] + (vB ? n0 + g + 8 : n0) * ldw + tig * (FP4 ? 4 : 8);
-    if (FP4) {
-      sA[m] = ws[m] + (vA ? n0 + g : n0) * nb;
-      sB[m] = ws[m] + (vB ? n0 + g + 8 : n0) * nb;
-    } else {
-      sA[m] = sB[m] = ws[m] + (n0 >> sh) * i64((K + blk - 1) >> sh);
-    }
-  }
-  for (int bb = b0; bb < b1; bb += U) {
-    uint2 qa[U][NW], qb[U][NW];  // FP8: 8 bytes of rows g and g + 8; FP4: .x only (8 nibbles)
-    u8 ska[U][NW], skb[U][NW];
-#pragma unroll
-    for (int j = 0; j < U; ++j) {
-      const int b = bb + j;
-      if (b < b1) {
-#pragma unroll
-        for (int m = 0; m < NW; ++m) {
-          if (FP4) {
-            qa[j][m].x = vA ? __ldg(reinterpret_cast<const u32*>(pA[m] + b * 16)) : 0u;
-            qb[j][m].x = vB ? __ldg(reinterpret_cast<const u32*>(pB[m] + b * 16)) : 0u;
-            qa[j][m].y = qb[j][m].y = 0u;
-            ska[j][m] = __ldg(sA[m] + b);
-            skb[j][m] = __ldg(sB[m] + b);
-          } else {
-            qa[j][m] = vA ? __ldg(reinterpret_cast<const uint2*>(pA[m] + b * 32)) : make_uint2(0u, 0u);
-            qb[j][m] = vB ? __ldg(reinterpret_cast<const uint2*>(pB[m] + b * 32)) : make_uint2(0u, 0u);
-            ska[j][m] = skb[j][m] = __ldg(sA[m] + ((b * 32) >> sh));
-          }
-        }
+    for (int m = 0; m < NW; ++m) {
+      pA[m] = w[m] + (vA ? n0 + g : n0) * ldw + tig * (FP4 ? 4 : 8);
+      pB[m] = w[m] + (vB ? n0 + g + 8 : n0) * ldw + tig * (FP4 ? 4 : 8);
+      if (FP4) {
+        sA[m] = ws[m] + (vA ? n0 + g : n0) * nb;
+        sB[m] = ws[m] + (vB ? n0 + g + 8 : n0) * nb;
+      } else {
+        sA[m] = sB[m] = ws[m] + (n0 >> sh) * i64((K + blk - 1) >> sh);
       }
     }
+  }
+
+  __device__ __forceinline__ void load(MmaW<FP4, NW>& r, int b) const {
+#pragma unroll
+    for (int m = 0; m < NW; ++m) {
+      if (FP4) {
+        r.a0[m] = vA ? __ldg(reinterpret_cast<const u32*>(pA[m] + b * 16)) : 0u;
+        r.a1[m] = vB ? __ldg(reinterpret_cast<const u32*>(pB[m] + b * 16)) : 0u;
+        r.sc[m] = u32(__ldg(sA[m] + b)) | (u32(__ldg(sB[m] + b)) << 8);
+      } else {
+        const uint2 x = vA ? __ldg(reinterpret_cast<const uint2*>(pA[m] + b * 32)) : make_uint2(0u, 0u);
+        const uint2 y = vB ? __ldg(reinterpret_cast<const uint2*>(pB[m] + b * 32)) : make_uint2(0u, 0u);
+        r.a0[m] = x.x, r.a2[m] = x.y, r.a1[m] = y.x, r.a3[m] = y.y;
+        r.sc[m] = __ldg(sA[m] + ((b * 32) >> sh));
+      }
+    }
+  }
+
+  __device__ __forceinline__ void load_batch(MmaW<FP4, NW>* r, int bb, int b1) const {
+#pragma unroll
+    for (int j = 0; j < U; ++j)
+      if (bb + j < b1) load(r[j], bb + j);
+  }
+
+  __device__ __forceinline__ void prefetch(int b0, int b1) { load_batch(q, b0, b1); }
+
+  template <int NC>
+  __device__ __forceinline__ void consume(const MmaW<FP4, NW>* r, int bb, int b1, const u8* xrow, const float* xsl,
+                                          float (*acc)[2 * NC]) const {
+    const int tig = threadIdx.x & 3;
 #pragma unroll
     for (int j = 0; j < U; ++j) {
       const int b = bb + j;
       if (b >= b1) break;  // uniform
-      const uint2 xv = xrow ? *reinterpret_cast<const uint2*>(xrow + b * 32 + tig * 8) : make_uint2(0u, 0u);
+      uint2 xv = make_uint2(0u, 0u);
+      if (xrow) xv = *reinterpret_cast<const uint2*>(xrow + b * 32 + tig * 8);
       const float xs0 = xsl[b * 8], xs1 = NC == 2 ? xsl[b * 8 + 1] : 0.f;
 #pragma unroll
       for (int m = 0; m < NW; ++m) {
         u32 a0, a1, a2, a3;
         if (FP4) {
-          a0 = e2m1x4_to_e4m3(qa[j][m].x), a2 = e2m1x4_to_e4m3(qa[j][m].x >> 16);
-          a1 = e2m1x4_to_e4m3(qb[j][m].x), a3 = e2m1x4_to_e4m3(qb[j][m].x >> 16);
+          a0 = e2m1x4_to_e4m3(r[j].a0[m]), a2 = e2m1x4_to_e4m3(r[j].a0[m] >> 16);
+          a1 = e2m1x4_to_e4m3(r[j].a1[m]), a3 = e2m1x4_to_e4m3(r[j].a1[m] >> 16);
         } else {
-          a0 = qa[j][m].x, a2 = qa[j][m].y, a1 = qb[j][m].x, a3 = qb[j][m].y;
+          a0 = r[j].a0[m], a2 = r[j].a2[m], a1 = r[j].a1[m], a3 = r[j].a3[m];
         }
         float c[4];
         mma_e4m3(c, a0, a1, a2, a3, xv.x, xv.y);
@@ -170,7 +196,7 @@ __device__ __forceinline__ void mma_segment(const u8* const* w, const u8* const*
             mma_e4m3(c, e4m3x4_nan_to_zero(a0), e4m3x4_nan_to_zero(a1), e4m3x4_nan_to_zero(a2),
                      e4m3x4_nan_to_zero(a3), xv.x, xv.y);
         }
-        const float wa = e8m0_decode(ska[j][m]), wb = FP4 ? e8m0_decode(skb[j][m]) : wa;
+        const float wa = e8m0_decode(u8(r[j].sc[m])), wb = FP4 ? e8m0_decode(u8(r[j].sc[m] >> 8)) : wa;
         if (NC == 2) {
           acc[m][0] = __fadd_rn(acc[m][0], __fmul_rn(__fmul_rn(c[0], xs0), wa));
           acc[m][1] = __fadd_rn(acc[m][1], __fmul_rn(__fmul_rn(c[1], xs1), wa));
@@ -183,7 +209,19 @@ __device__ __forceinline__ void mma_segment(const u8* const* w, const u8* const*
       }
     }
   }
-}
+
+  // Blocks [b0, b1) folded into acc, in K order; expects prefetch(b0, b1) done.
+  template <int NC>
+  __device__ __forceinline__ void run(int b0, int b1, const u8* xrow, const float* xsl, float (*acc)[2 * NC]) {
+    MmaW<FP4, NW> r[U];
+    for (int bb = b0; bb < b1; bb += 2 * U) {
+      load_batch(r, bb + U, b1);
+      consume<NC>(q, bb, b1, xrow, xsl, acc);
+      load_batch(q, bb + 2 * U, b1);
+      consume<NC>(r, bb + U, b1, xrow, xsl, acc);
+    }
+  }
+};
 
 // Blocks [b0, b1) of segment s of S over nb blocks.
 __device__ __forceinline__ void mma_seg_range(int nb, int s, int S, int& b0, int& b1) {

@@ -66,7 +66,8 @@ struct Weights {
   std::vector<uint8_t> w, s;
   double absval(int64_t n, int64_t k) const {
     if (fp4) return std::fabs(q::e2m1_decode(uint8_t((w[size_t(n * K + k) / 2] >> (4 * (k & 1))) & 0xF)));
-    return std::fabs(q::e4m3_decode(w[size_t(n * K + k)]));
+    const uint8_t c = w[size_t(n * K + k)];
+    return (c & 0x7F) == 0x7F ? 0.0 : std::fabs(q::e4m3_decode(c));  // NaN codes count as 0 in both kernels
   }
   double scale(int64_t n, int64_t b) const {
     if (fp4) return q::e8m0_decode(s[size_t(n * (K / 32) + b)]);

@@ -33,6 +33,17 @@ __host__ __device__ constexpr int mma_smem_bytes(int K, int rows_staged) {
   return rows_staged * mma_x_stride(K) + (K / 32) * 8 * 4 + kMmaWarps * 4 * 32 * 4;
 }
 
+// E4M3 code of x: round to nearest even, saturating to +-448 (sm_89+: the kernels trap below).
+__device__ __forceinline__ u8 e4m3_cvt(float x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  unsigned short h;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(h) : "f"(0.f), "f"(x));
+  return u8(h);
+#else
+  return e4m3_encode(clampf(x, -448.f, 448.f));
+#endif
+}
+
 // Act quant of `rows` rows of x (contiguous, K floats each) per token in K-blocks of 32, exactly as
 // gemv_stage_quant / smelt_act_quant_b32 (same scales, same codes), staged as E4M3 code bytes xq[r * stride + k]
 // and scales xsc[b * 8 + r]. NaN codes are staged as 0 (e4m3_units gives them 0 in the exact kernels). Call with
@@ -57,7 +68,9 @@ __device__ __forceinline__ void mma_stage_quant(const float* x, int rows, int K,
         const u32 ef = (__float_as_uint(s) >> 23) & 0xFFu;  // 1 / s exact where it is a normal float
         const bool pow2 = (__float_as_uint(s) & 0x807FFFFFu) == 0 && ef >= 2 && ef <= 252;
         const float q = pow2 ? __fmul_rn(v[j], __uint_as_float((254u - ef) << 23)) : __fdiv_rn(v[j], s);
-        u8 code = e4m3_encode(clampf(q, -448.f, 448.f));
+        // cvt.rn.satfinite: round to nearest even, saturating to +-448: e4m3_encode(clampf(q, -448, 448)) in one
+        // instruction (NaN gives a NaN code, staged as 0 below).
+        u8 code = e4m3_cvt(q);
         if ((code & 0x7F) == 0x7F) code = 0;
         const int r = u / nb, b = u - r * nb;
         xq[r * stride + b * 32 + lane] = code;
@@ -166,7 +179,10 @@ struct MmaSegment {
 
   __device__ __forceinline__ void prefetch(int b0, int b1) { load_batch(q, b0, b1); }
 
-  template <int NC>
+  // NZ: NaN weight codes count as 0 (the exact kernels' rule). The plain pass multiplies the codes as they are
+  // (a NaN code makes its rows' sums NaN: E4M3 has no inf and the staged codes hold no NaN); run_checked() redoes a
+  // segment whose sums came out NaN with NZ, so the common path pays nothing for the rule.
+  template <int NC, bool NZ>
   __device__ __forceinline__ void consume(const MmaW<FP4, NW>* r, int bb, int b1, const u8* xrow, const float* xsl,
                                           float (*acc)[2 * NC]) const {
     const int tig = threadIdx.x & 3;
@@ -183,19 +199,14 @@ struct MmaSegment {
         if (FP4) {
           a0 = e2m1x4_to_e4m3(r[j].a0[m]), a2 = e2m1x4_to_e4m3(r[j].a0[m] >> 16);
           a1 = e2m1x4_to_e4m3(r[j].a1[m]), a3 = e2m1x4_to_e4m3(r[j].a1[m] >> 16);
+        } else if (NZ) {
+          a0 = e4m3x4_nan_to_zero(r[j].a0[m]), a2 = e4m3x4_nan_to_zero(r[j].a2[m]);
+          a1 = e4m3x4_nan_to_zero(r[j].a1[m]), a3 = e4m3x4_nan_to_zero(r[j].a3[m]);
         } else {
           a0 = r[j].a0[m], a2 = r[j].a2[m], a1 = r[j].a1[m], a3 = r[j].a3[m];
         }
         float c[4];
         mma_e4m3(c, a0, a1, a2, a3, xv.x, xv.y);
-        if (!FP4) {
-          // A NaN weight code makes its row's sums NaN (E4M3 has no inf and the staged codes hold no NaN); the exact
-          // kernels count NaN codes as 0: rare, so the block is redone with them zeroed.
-          const float t = (c[0] + c[1]) + (c[2] + c[3]);
-          if (__any_sync(0xffffffffu, t != t))
-            mma_e4m3(c, e4m3x4_nan_to_zero(a0), e4m3x4_nan_to_zero(a1), e4m3x4_nan_to_zero(a2),
-                     e4m3x4_nan_to_zero(a3), xv.x, xv.y);
-        }
         const float wa = e8m0_decode(u8(r[j].sc[m])), wb = FP4 ? e8m0_decode(u8(r[j].sc[m] >> 8)) : wa;
         if (NC == 2) {
           acc[m][0] = __fadd_rn(acc[m][0], __fmul_rn(__fmul_rn(c[0], xs0), wa));
@@ -211,15 +222,35 @@ struct MmaSegment {
   }
 
   // Blocks [b0, b1) folded into acc, in K order; expects prefetch(b0, b1) done.
-  template <int NC>
+  template <int NC, bool NZ>
   __device__ __forceinline__ void run(int b0, int b1, const u8* xrow, const float* xsl, float (*acc)[2 * NC]) {
     MmaW<FP4, NW> r[U];
     for (int bb = b0; bb < b1; bb += 2 * U) {
       load_batch(r, bb + U, b1);
-      consume<NC>(q, bb, b1, xrow, xsl, acc);
+      consume<NC, NZ>(q, bb, b1, xrow, xsl, acc);
       load_batch(q, bb + 2 * U, b1);
-      consume<NC>(r, bb + U, b1, xrow, xsl, acc);
+      consume<NC, NZ>(r, bb + U, b1, xrow, xsl, acc);
     }
+  }
+
+  // run(), then, FP8 only, the NZ pass over the segment again when any of the warp's sums is NaN (a NaN weight code;
+  // or a NaN scale or activation, which the NZ pass reproduces as the exact kernels do).
+  template <int NC>
+  __device__ __forceinline__ void run_checked(int b0, int b1, const u8* xrow, const float* xsl, float (*acc)[2 * NC]) {
+    run<NC, false>(b0, b1, xrow, xsl, acc);
+    if (FP4) return;
+    float t = 0.f;
+#pragma unroll
+    for (int m = 0; m < NW; ++m)
+#pragma unroll
+      for (int i = 0; i < 2 * NC; ++i) t += acc[m][i];
+    if (!__any_sync(0xffffffffu, t != t)) return;
+#pragma unroll
+    for (int m = 0; m < NW; ++m)
+#pragma unroll
+      for (int i = 0; i < 2 * NC; ++i) acc[m][i] = 0.f;
+    prefetch(b0, b1);
+    run<NC, true>(b0, b1, xrow, xsl, acc);
   }
 };
 

@@ -11,7 +11,8 @@ using namespace smelt_dev;
 
 namespace {
 
-template <bool FP4>
+// NC = 1 at one token row (only C's n = 0 column is kept: fewer instructions per block), else 2.
+template <bool FP4, int NC>
 __device__ void gemv_mma_body(const float* x, float* y, const u8* w, const u8* ws, int rows, int K, int N, int blk,
                               float scale_after, int round, int S) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
@@ -38,19 +39,20 @@ __device__ void gemv_mma_body(const float* x, float* y, const u8* w, const u8* w
   const float* xsl = xsc + 2 * tig;
   for (int grp = blockIdx.x; grp < groups; grp += gridDim.x) {
     const int tile = grp * tpg + warp / S;
-    float acc[1][4] = {{0.f, 0.f, 0.f, 0.f}};
+    float acc[1][2 * NC] = {};
     if (tile < tiles) {
       if (grp != int(blockIdx.x)) {
         ms.init(&w, &ws, i64(tile) * 16, N, K, blk);
         ms.prefetch(b0, b1);
       }
-      ms.run<2>(b0, b1, xrow, xsl, acc);
+      ms.run_checked<NC>(b0, b1, xrow, xsl, acc);
     }
-    if (S > 1) mma_combine<4>(part, acc[0], S);
+    if (S > 1) mma_combine<2 * NC>(part, acc[0], S);
     if (seg != 0 || tile >= tiles) continue;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int n = tile * 16 + g + (i >= 2 ? 8 : 0), r = 2 * tig + (i & 1);
+    for (int i = 0; i < 2 * NC; ++i) {
+      // NC = 2: acc = c0..c3 (rows g, g + 8 x token rows 2 tig, 2 tig + 1); NC = 1: c0, c2 (token row 0).
+      const int n = tile * 16 + g + ((NC == 2 ? i >= 2 : i >= 1) ? 8 : 0), r = NC == 2 ? 2 * tig + (i & 1) : tig;
       if (n < N && r < rows) {
         float v = acc[0][i];
         if (scale_after != 1.f) v = __fmul_rn(v, scale_after);
@@ -66,13 +68,17 @@ __device__ void gemv_mma_body(const float* x, float* y, const u8* w, const u8* w
 }  // namespace
 
 // x [rows, K] float (quantized per token inside), y [rows, N]; rows <= 8, K % 32 == 0.
-extern "C" __global__ void smelt_gemv_fp8_mma(const float* x, float* y, const u8* w, const u8* ws, int rows, int K,
-                                              int N, int blk, float scale_after, int round, int ksplit) {
+extern "C" __global__ void __launch_bounds__(256, 2)
+smelt_gemv_fp8_mma(const float* x, float* y, const u8* w, const u8* ws, int rows, int K,
+                   int N, int blk, float scale_after, int round, int ksplit) {
   SMELT_KERNEL_PROLOGUE_WEIGHTS_FIRST();  // gemv_mma_body waits before it reads x
-  gemv_mma_body<false>(x, y, w, ws, rows, K, N, blk, scale_after, round, ksplit);
+  if (rows == 1) gemv_mma_body<false, 1>(x, y, w, ws, rows, K, N, blk, scale_after, round, ksplit);
+  else gemv_mma_body<false, 2>(x, y, w, ws, rows, K, N, blk, scale_after, round, ksplit);
 }
-extern "C" __global__ void smelt_gemv_fp4_mma(const float* x, float* y, const u8* w, const u8* ws, int rows, int K,
-                                              int N, int blk, float scale_after, int round, int ksplit) {
+extern "C" __global__ void __launch_bounds__(256, 2)
+smelt_gemv_fp4_mma(const float* x, float* y, const u8* w, const u8* ws, int rows, int K,
+                   int N, int blk, float scale_after, int round, int ksplit) {
   SMELT_KERNEL_PROLOGUE_WEIGHTS_FIRST();  // gemv_mma_body waits before it reads x
-  gemv_mma_body<true>(x, y, w, ws, rows, K, N, blk, scale_after, round, ksplit);
+  if (rows == 1) gemv_mma_body<true, 1>(x, y, w, ws, rows, K, N, blk, scale_after, round, ksplit);
+  else gemv_mma_body<true, 2>(x, y, w, ws, rows, K, N, blk, scale_after, round, ksplit);
 }

@@ -50,7 +50,7 @@ __device__ void up_mma_body(const float* x, int D, int F, int topk, const i32* i
   for (int grp = blockIdx.x; grp < groups; grp += gridDim.x) {
     if (grp != int(blockIdx.x)) tile = start(grp, t, f0, e);
     float acc[2][2] = {{0.f, 0.f}, {0.f, 0.f}};  // [g, u][rows g, g + 8]
-    if (e >= 0) ms.run<1>(b0, b1, xrow, xsc, acc);
+    if (e >= 0) ms.run_checked<1>(b0, b1, xrow, xsc, acc);
     if (S > 1) mma_combine<4>(part, &acc[0][0], S);
     if (seg != 0 || tile >= tiles || tig != 0) continue;
 #pragma unroll
@@ -112,7 +112,7 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
   for (int grp = blockIdx.x; grp < groups; grp += gridDim.x) {
     if (grp != int(blockIdx.x)) tile = start(grp, t, d0, e);
     float acc[1][2] = {{0.f, 0.f}};
-    if (e >= 0) ms.run<1>(b0, b1, g == 0 ? xq + t * stride : nullptr, xsc + t, acc);
+    if (e >= 0) ms.run_checked<1>(b0, b1, g == 0 ? xq + t * stride : nullptr, xsc + t, acc);
     if (S > 1) mma_combine<2>(part, acc[0], S);
     if (seg != 0 || tile >= tiles || tig != 0) continue;
 #pragma unroll
@@ -131,15 +131,17 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
 }  // namespace
 
 #define SMELT_MOE_MMA(NAME, FP4)                                                                                  \
-  extern "C" __global__ void smelt_moe_up_##NAME##_mma(const float* x, int D, int F, int topk, const i32* idx,     \
-                                                       int n_experts, const float* rw, ExpertW w, int blk,         \
-                                                       float limit, int rb, float* h, int ksplit) {                \
+  extern "C" __global__ void __launch_bounds__(256, 2)                                                              \
+  smelt_moe_up_##NAME##_mma(const float* x, int D, int F, int topk, const i32* idx,                                 \
+                            int n_experts, const float* rw, ExpertW w, int blk,                                     \
+                            float limit, int rb, float* h, int ksplit) {                                            \
     SMELT_KERNEL_PROLOGUE();                                                                                      \
     up_mma_body<FP4>(x, D, F, topk, idx, n_experts, rw, w, blk, limit, rb, h, ksplit);                            \
   }                                                                                                               \
-  extern "C" __global__ void smelt_moe_down_##NAME##_mma(const float* h, int D, int F, int topk, const i32* idx,   \
-                                                         int n_experts, ExpertW w, int blk, int rb, int round,     \
-                                                         float* out, int ksplit) {                                 \
+  extern "C" __global__ void __launch_bounds__(256, 2)                                                              \
+  smelt_moe_down_##NAME##_mma(const float* h, int D, int F, int topk, const i32* idx,                               \
+                              int n_experts, ExpertW w, int blk, int rb, int round,                                 \
+                              float* out, int ksplit) {                                                             \
     SMELT_KERNEL_PROLOGUE();                                                                                      \
     down_mma_body<FP4>(h, D, F, topk, idx, n_experts, w, blk, rb, round, out, ksplit);                            \
   }

@@ -4,6 +4,7 @@
 #include "runtime/cuda/ops_wo_mma.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 namespace smelt::runtime::cuda::detail {
@@ -36,8 +37,21 @@ int wo_cb(int R, int ks, int nb) {
 
 }  // namespace
 
+// Measured on the H200 (docs/performance.md "Tensor-core weight-only decode"): the FP4 experts are faster than the
+// CUDA-core kernels (0.51 vs 0.83 ms a step on the V4.1-Flash slice), the FP8 linears and FP8 experts are not yet
+// (0.92 vs 0.74 ms: too few CTAs and per-block f16 conversion), so those stay on the CUDA-core kernels unless
+// SMELT_CUDA_WO_MMA=all.
+bool wo_mma_all() {
+  static const bool on = [] {
+    const char* v = std::getenv("SMELT_CUDA_WO_MMA");
+    return v && std::string(v) == "all";
+  }();
+  return on;
+}
+
 bool try_linear_wo_mma(Ctx& c, DevPtr x, DevPtr y, const LinearW& f, DevPtr w, DevPtr s, int rows, int K, int N,
                        int G, float scale_after, int round) {
+  if (!wo_mma_all()) return false;
   const std::string fmt = f.fmt;
   // Decode and verification chunks (rows <= 8, the MMA's n); longer chunks keep the CUDA-core kernels (the kernel
   // takes any row count in groups of 8, but would re-stage the activations for every group of tiles).
@@ -62,6 +76,7 @@ bool try_linear_wo_mma(Ctx& c, DevPtr x, DevPtr y, const LinearW& f, DevPtr w, D
 
 bool try_experts_wo_mma(Ctx& c, const ExpertsWoMma& a) {
   const std::string fmt = a.f.fmt;
+  if (fmt != "fp4" && !wo_mma_all()) return false;
   const int rows = c.l.rows, RT = rows * a.topk;
   if ((fmt != "fp8" && fmt != "fp4") || a.D % 32 || a.F % 32 || RT < 1 || RT > 65535) return false;
   const int sms = wo_sms(c.l);

@@ -28,9 +28,13 @@ constexpr int kMmaWarps = 8;  // block of 256 threads
 // reads 4 rows x 32 bytes without bank conflicts). K % 32 == 0.
 __host__ __device__ constexpr int mma_x_stride(int K) { return K + ((8 - (K / 4) % 32 + 32) % 32) * 4; }
 
-// Dynamic shared memory: rows_staged code rows, scales [K/32][8], K-split partials [warps][4][32].
-__host__ __device__ constexpr int mma_smem_bytes(int K, int rows_staged) {
+// Dynamic shared memory: rows_staged code rows, scales [K/32][8], K-split partials [warps][4][32], then the warps'
+// weight rings (kMmaRingBytes each, 16-byte aligned: everything before is a multiple of 32 bytes).
+__host__ __device__ constexpr int mma_ring_offset(int K, int rows_staged) {
   return rows_staged * mma_x_stride(K) + (K / 32) * 8 * 4 + kMmaWarps * 4 * 32 * 4;
+}
+__host__ __device__ constexpr int mma_smem_bytes(int K, int rows_staged) {
+  return mma_ring_offset(K, rows_staged) + kMmaWarps * 8192;
 }
 
 // Bytes of v that are E4M3 NaN codes set to 0 (e4m3_units' value for them).
@@ -131,13 +135,21 @@ __device__ __forceinline__ u32 e2m1x4_to_e4m3(u32 h) {
   return prmt(pos, neg, 0x3210u | ((h & 0x8888u) >> 1));
 }
 
-// This lane's weight bytes of one 32-block: rows g and g + 8 of NW matrices (FP8: a0 / a2 = row g's 8 bytes,
-// a1 / a3 = row g + 8's; FP4: a0 / a1 = the rows' 8 nibbles) and their E8M0 scale codes (FP8: the block's, shared
-// by the 16 rows; FP4: row g's | row g + 8's << 8).
-template <bool FP4, int NW>
-struct MmaW {
-  u32 a0[NW], a1[NW], a2[NW], a3[NW], sc[NW];
-};
+// cp.async (sm_80+): 16 bytes global -> shared without registers; src_bytes 0 writes zeros.
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+  u32 a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
 
 // Block sums of 16 weight rows n0 .. n0+15 (rows >= N read as 0) of NW weight matrices over blocks [b0, b1) of
 // one K segment, folded in K order into acc[m] (run): NC = 2 keeps all four C values (token rows n = 2 tig,
@@ -146,31 +158,40 @@ struct MmaW {
 // c1's at xsl[b * 8 + 1]. Weights: FP8 E4M3 [N, K] with E8M0 scales [ceil(N/blk), ceil(K/blk)] (blk >= 32, so the
 // 16 rows of a tile share one scale row), FP4 packed [N, K/2] with scales [N, K/32]. Whole warp, uniform arguments.
 //
-// The loads are software-pipelined: two register batches of U blocks, the next batch's loads issued before the
-// current batch's MMAs, so a warp always has U .. 2U blocks in flight (the first version loaded a batch, then
-// computed it, and kept DRAM busy ~35% of the time: Nsight Compute on the real shapes). prefetch() issues the first
-// batch early (before the act-quant staging, or before the dependent-launch wait: weights are never written).
+// The weight blocks stream through a per-warp ring of D stages in shared memory by cp.async, D blocks ahead of the
+// MMAs (8 KB in flight per warp, no registers held for them); the block scales ride in a register ring beside it.
+// Register batches (the previous version) kept only 2-4 KB in flight per warp: Nsight Compute showed the GEMVs
+// latency-bound at 10-30% of DRAM bandwidth. prefetch() issues the first D blocks early (before the act-quant
+// staging, or before the dependent-launch wait: weights are never written by a kernel).
+constexpr int kMmaRingBytes = 8192;  // per warp
+
 template <bool FP4, int NW>
 struct MmaSegment {
-  static constexpr int U = (FP4 ? 8 : 4) / NW;  // blocks a batch
-  const u8* pA[NW];
-  const u8* pB[NW];
+  static constexpr int SB = NW * 16 * (FP4 ? 16 : 32);  // bytes of a stage (one 32-block of 16 rows x NW)
+  // Stages: 16 (8 for two matrices, whose unrolled loop would otherwise push the scale ring to local memory).
+  static constexpr int DMAX = NW == 2 ? 8 : 16;
+  static constexpr int D = kMmaRingBytes / SB < DMAX ? kMmaRingBytes / SB : DMAX;
+  const u8* src[NW];  // this lane's copy source of block 0 (FP8: row lane / 2, half lane % 2; FP4: row lane % 16)
   const u8* sA[NW];
   const u8* sB[NW];
-  bool vA, vB;
-  int sh;
-  MmaW<FP4, NW> q[U];  // the batch at the current position
+  int src_bytes, sh, b1_;
+  u8* ring;
+  u32 sc[D];
 
-  __device__ __forceinline__ void init(const u8* const* w, const u8* const* ws, i64 n0, i64 N, int K, int blk) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
-    vA = n0 + g < N, vB = n0 + g + 8 < N;
-    const i64 ldw = FP4 ? K / 2 : K;
+  __device__ __forceinline__ void init(const u8* const* w, const u8* const* ws, i64 n0, i64 N, int K, int blk,
+                                       u8* warp_ring) {
+    const int lane = threadIdx.x & 31, g = lane >> 2;
+    const bool vA = n0 + g < N, vB = n0 + g + 8 < N;
     const int nb = K / 32;
+    const int crow = FP4 ? (lane & 15) : (lane >> 1);
+    const bool cv = n0 + crow < N && (!FP4 || NW == 2 || lane < 16);
+    src_bytes = cv ? 16 : 0;
     sh = blk_log2(blk);
+    ring = warp_ring;
 #pragma unroll
     for (int m = 0; m < NW; ++m) {
-      pA[m] = w[m] + (vA ? n0 + g : n0) * ldw + tig * (FP4 ? 4 : 8);
-      pB[m] = w[m] + (vB ? n0 + g + 8 : n0) * ldw + tig * (FP4 ? 4 : 8);
+      const i64 row = cv ? n0 + crow : n0;
+      src[m] = FP4 ? w[m] + row * (K / 2) : w[m] + row * K + (lane & 1) * 16;
       if (FP4) {
         sA[m] = ws[m] + (vA ? n0 + g : n0) * nb;
         sB[m] = ws[m] + (vB ? n0 + g + 8 : n0) * nb;
@@ -180,68 +201,75 @@ struct MmaSegment {
     }
   }
 
-  __device__ __forceinline__ void load(MmaW<FP4, NW>& r, int b) const {
-#pragma unroll
-    for (int m = 0; m < NW; ++m) {
+  // Block b into stage j (and its scales into sc[j]); one commit group per call, empty past the segment.
+  __device__ __forceinline__ void issue(int j, int b) {
+    const int lane = threadIdx.x & 31;
+    if (b < b1_) {
       if (FP4) {
-        r.a0[m] = vA ? __ldg(reinterpret_cast<const u32*>(pA[m] + b * 16)) : 0u;
-        r.a1[m] = vB ? __ldg(reinterpret_cast<const u32*>(pB[m] + b * 16)) : 0u;
-        r.sc[m] = u32(__ldg(sA[m] + b)) | (u32(__ldg(sB[m] + b)) << 8);
+        // Lanes 16..31 copy the second matrix (NW = 2); a static index keeps src[] in registers.
+        const bool hi = NW == 2 && lane >= 16;
+        const u8* sp = hi ? src[NW - 1] : src[0];
+        if (NW == 2 || lane < 16) cp_async16(ring + j * SB + (hi ? 256 : 0) + (lane & 15) * 16, sp + i64(b) * 16, src_bytes);
       } else {
-        const uint2 x = vA ? __ldg(reinterpret_cast<const uint2*>(pA[m] + b * 32)) : make_uint2(0u, 0u);
-        const uint2 y = vB ? __ldg(reinterpret_cast<const uint2*>(pB[m] + b * 32)) : make_uint2(0u, 0u);
-        r.a0[m] = x.x, r.a2[m] = x.y, r.a1[m] = y.x, r.a3[m] = y.y;
-        r.sc[m] = __ldg(sA[m] + ((b * 32) >> sh));
-      }
-    }
-  }
-
-  __device__ __forceinline__ void load_batch(MmaW<FP4, NW>* r, int bb, int b1) const {
 #pragma unroll
-    for (int j = 0; j < U; ++j)
-      if (bb + j < b1) load(r[j], bb + j);
+        for (int m = 0; m < NW; ++m)
+          cp_async16(ring + j * SB + m * 512 + (lane >> 1) * 32 + (lane & 1) * 16, src[m] + i64(b) * 32, src_bytes);
+      }
+      u32 s = 0;
+#pragma unroll
+      for (int m = 0; m < NW; ++m) {
+        const u32 v = FP4 ? (u32(__ldg(sA[m] + b)) | (u32(__ldg(sB[m] + b)) << 8)) : u32(__ldg(sA[m] + ((b * 32) >> sh)));
+        s |= v << (16 * m);
+      }
+      sc[j] = s;
+    }
+    cp_async_commit();
   }
 
-  __device__ __forceinline__ void prefetch(int b0, int b1) { load_batch(q, b0, b1); }
+  __device__ __forceinline__ void prefetch(int b0, int b1) {
+    b1_ = b1;
+#pragma unroll
+    for (int j = 0; j < D; ++j) issue(j, b0 + j);
+  }
 
   // NZ: NaN weight codes count as 0 (the exact kernels' rule). The plain pass multiplies the codes as they are
   // (a NaN code makes its rows' sums NaN: E4M3 has no inf and the staged codes hold no NaN); run_checked() redoes a
   // segment whose sums came out NaN with NZ, so the common path pays nothing for the rule.
   template <int NC, bool NZ>
-  __device__ __forceinline__ void consume(const MmaW<FP4, NW>* r, int bb, int b1, const u8* xrow, const float* xsl,
-                                          float (*acc)[2 * NC]) const {
-    const int tig = threadIdx.x & 3;
+  __device__ __forceinline__ void consume(int j, int b, const u8* xrow, const float* xsl, float (*acc)[2 * NC]) const {
+    const int lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+    uint2 xv = make_uint2(0u, 0u);
+    if (xrow) xv = *reinterpret_cast<const uint2*>(xrow + b * 32 + tig * 8);
+    const float xs0 = xsl[b * 8], xs1 = NC == 2 ? xsl[b * 8 + 1] : 0.f;
 #pragma unroll
-    for (int j = 0; j < U; ++j) {
-      const int b = bb + j;
-      if (b >= b1) break;  // uniform
-      uint2 xv = make_uint2(0u, 0u);
-      if (xrow) xv = *reinterpret_cast<const uint2*>(xrow + b * 32 + tig * 8);
-      const float xs0 = xsl[b * 8], xs1 = NC == 2 ? xsl[b * 8 + 1] : 0.f;
-#pragma unroll
-      for (int m = 0; m < NW; ++m) {
-        u32 a0, a1, a2, a3;
-        if (FP4) {
-          a0 = e2m1x4_to_e4m3(r[j].a0[m]), a2 = e2m1x4_to_e4m3(r[j].a0[m] >> 16);
-          a1 = e2m1x4_to_e4m3(r[j].a1[m]), a3 = e2m1x4_to_e4m3(r[j].a1[m] >> 16);
-        } else if (NZ) {
-          a0 = e4m3x4_nan_to_zero(r[j].a0[m]), a2 = e4m3x4_nan_to_zero(r[j].a2[m]);
-          a1 = e4m3x4_nan_to_zero(r[j].a1[m]), a3 = e4m3x4_nan_to_zero(r[j].a3[m]);
-        } else {
-          a0 = r[j].a0[m], a2 = r[j].a2[m], a1 = r[j].a1[m], a3 = r[j].a3[m];
+    for (int m = 0; m < NW; ++m) {
+      u32 a0, a1, a2, a3;
+      if (FP4) {
+        const u8* st = ring + j * SB + m * 256 + tig * 4;
+        const u32 ha = *reinterpret_cast<const u32*>(st + g * 16), hb = *reinterpret_cast<const u32*>(st + (g + 8) * 16);
+        a0 = e2m1x4_to_e4m3(ha), a2 = e2m1x4_to_e4m3(ha >> 16);
+        a1 = e2m1x4_to_e4m3(hb), a3 = e2m1x4_to_e4m3(hb >> 16);
+      } else {
+        const u8* st = ring + j * SB + m * 512 + tig * 8;
+        const uint2 ra = *reinterpret_cast<const uint2*>(st + g * 32), rb = *reinterpret_cast<const uint2*>(st + (g + 8) * 32);
+        a0 = ra.x, a2 = ra.y, a1 = rb.x, a3 = rb.y;
+        if (NZ) {
+          a0 = e4m3x4_nan_to_zero(a0), a2 = e4m3x4_nan_to_zero(a2);
+          a1 = e4m3x4_nan_to_zero(a1), a3 = e4m3x4_nan_to_zero(a3);
         }
-        float c[4];
-        mma_e4m3(c, a0, a1, a2, a3, xv.x, xv.y);
-        const float wa = e8m0_sel(r[j].sc[m] & 0xFFu), wb = FP4 ? e8m0_sel((r[j].sc[m] >> 8) & 0xFFu) : wa;
-        if (NC == 2) {
-          acc[m][0] = __fadd_rn(acc[m][0], __fmul_rn(__fmul_rn(c[0], xs0), wa));
-          acc[m][1] = __fadd_rn(acc[m][1], __fmul_rn(__fmul_rn(c[1], xs1), wa));
-          acc[m][2] = __fadd_rn(acc[m][2], __fmul_rn(__fmul_rn(c[2], xs0), wb));
-          acc[m][3] = __fadd_rn(acc[m][3], __fmul_rn(__fmul_rn(c[3], xs1), wb));
-        } else {
-          acc[m][0] = __fadd_rn(acc[m][0], __fmul_rn(__fmul_rn(c[0], xs0), wa));
-          acc[m][1] = __fadd_rn(acc[m][1], __fmul_rn(__fmul_rn(c[2], xs0), wb));
-        }
+      }
+      float c[4];
+      mma_e4m3(c, a0, a1, a2, a3, xv.x, xv.y);
+      const u32 sm = sc[j] >> (16 * m);
+      const float wa = e8m0_sel(sm & 0xFFu), wb = FP4 ? e8m0_sel((sm >> 8) & 0xFFu) : wa;
+      if (NC == 2) {
+        acc[m][0] = __fadd_rn(acc[m][0], __fmul_rn(__fmul_rn(c[0], xs0), wa));
+        acc[m][1] = __fadd_rn(acc[m][1], __fmul_rn(__fmul_rn(c[1], xs1), wa));
+        acc[m][2] = __fadd_rn(acc[m][2], __fmul_rn(__fmul_rn(c[2], xs0), wb));
+        acc[m][3] = __fadd_rn(acc[m][3], __fmul_rn(__fmul_rn(c[3], xs1), wb));
+      } else {
+        acc[m][0] = __fadd_rn(acc[m][0], __fmul_rn(__fmul_rn(c[0], xs0), wa));
+        acc[m][1] = __fadd_rn(acc[m][1], __fmul_rn(__fmul_rn(c[2], xs0), wb));
       }
     }
   }
@@ -249,12 +277,17 @@ struct MmaSegment {
   // Blocks [b0, b1) folded into acc, in K order; expects prefetch(b0, b1) done.
   template <int NC, bool NZ>
   __device__ __forceinline__ void run(int b0, int b1, const u8* xrow, const float* xsl, float (*acc)[2 * NC]) {
-    MmaW<FP4, NW> r[U];
-    for (int bb = b0; bb < b1; bb += 2 * U) {
-      load_batch(r, bb + U, b1);
-      consume<NC, NZ>(q, bb, b1, xrow, xsl, acc);
-      load_batch(q, bb + 2 * U, b1);
-      consume<NC, NZ>(r, bb + U, b1, xrow, xsl, acc);
+    for (int bb = b0; bb < b1; bb += D) {
+#pragma unroll
+      for (int j = 0; j < D; ++j) {
+        const int b = bb + j;
+        if (b >= b1) break;  // uniform
+        cp_async_wait<D - 1>();  // this lane's copies of block b have landed ...
+        __syncwarp();            // ... and every lane's
+        consume<NC, NZ>(j, b, xrow, xsl, acc);
+        __syncwarp();  // stage j read by all lanes before it is refilled
+        issue(j, b + D);
+      }
     }
   }
 

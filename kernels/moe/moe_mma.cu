@@ -28,27 +28,21 @@ __device__ void up_mma_body(const float* x, int D, int F, int topk, const i32* i
   const int tps = (F + 15) / 16, tiles = topk * tps, groups = (tiles + tpg - 1) / tpg;
   int b0, b1;
   mma_seg_range(nb, seg, S, b0, b1);
-  // Each group: its tile's expert, then the first weight batch in flight before anything else (for the first
-  // group, before the act-quant staging).
+  // Each group: its tile's expert, then its first weight blocks in flight before anything else (for the first
+  // group, before the act-quant staging, which every thread of the block runs once).
   MmaSegment<FP4, 2> ms;
-  auto start = [&](int grp, int& t, int& f0, int& e) {
+  const u8* xrow = g == 0 ? xq : nullptr;
+  for (int grp = blockIdx.x; grp < groups; grp += gridDim.x) {
     const int tile = grp * tpg + warp / S;
-    t = tile / tps, f0 = (tile - t * tps) * 16;
-    e = tile < tiles ? expert_of(idx, t, n_experts) : -1;
+    const int t = tile / tps, f0 = (tile - t * tps) * 16;
+    const int e = tile < tiles ? expert_of(idx, t, n_experts) : -1;
     if (e >= 0) {
       const u8* wm[2] = {eptr(w, e, 0), eptr(w, e, 4)};
       const u8* sm[2] = {eptr(w, e, 1), eptr(w, e, 5)};
-      ms.init(wm, sm, f0, F, D, blk);
+      ms.init(wm, sm, f0, F, D, blk, mma_sm + mma_ring_offset(D, 1) + warp * kMmaRingBytes);
       ms.prefetch(b0, b1);
     }
-    return tile;
-  };
-  int t = 0, f0 = 0, e = -1, tile = 0;
-  if (int(blockIdx.x) < groups) tile = start(blockIdx.x, t, f0, e);
-  mma_stage_quant(x, 1, D, xq, stride, xsc);
-  const u8* xrow = g == 0 ? xq : nullptr;
-  for (int grp = blockIdx.x; grp < groups; grp += gridDim.x) {
-    if (grp != int(blockIdx.x)) tile = start(grp, t, f0, e);
+    if (grp == int(blockIdx.x)) mma_stage_quant(x, 1, D, xq, stride, xsc);
     float acc[2][2] = {{0.f, 0.f}, {0.f, 0.f}};  // [g, u][rows g, g + 8]
     if (e >= 0) ms.run_checked<1>(b0, b1, xrow, xsc, acc);
     if (S > 1) mma_combine<4>(part, &acc[0][0], S);
@@ -93,24 +87,19 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
   const int tps = (D + 15) / 16, tiles = topk * tps, groups = (tiles + tpg - 1) / tpg;
   int b0, b1;
   mma_seg_range(nb, seg, S, b0, b1);
-  MmaSegment<FP4, 1> ms;  // as in up_mma_body: the group's first weight batch in flight first
-  auto start = [&](int grp, int& t, int& d0, int& e) {
+  MmaSegment<FP4, 1> ms;  // as in up_mma_body: the group's first weight blocks in flight first
+  for (int grp = blockIdx.x; grp < groups; grp += gridDim.x) {
     const int tile = grp * tpg + warp / S;
-    t = tile / tps, d0 = (tile - t * tps) * 16;
-    e = tile < tiles ? expert_of(idx, t, n_experts) : -1;
+    const int t = tile / tps, d0 = (tile - t * tps) * 16;
+    const int e = tile < tiles ? expert_of(idx, t, n_experts) : -1;
     if (e >= 0) {
       const u8* wm = eptr(w, e, 2);
       const u8* sm = eptr(w, e, 3);
-      ms.init(&wm, &sm, d0, D, F, blk);
+      ms.init(&wm, &sm, d0, D, F, blk, mma_sm + mma_ring_offset(F, topk) + warp * kMmaRingBytes);
       ms.prefetch(b0, b1);
     }
-    return tile;
-  };
-  int t = 0, d0 = 0, e = -1, tile = 0;
-  if (int(blockIdx.x) < groups) tile = start(blockIdx.x, t, d0, e);
-  mma_stage_quant(h, topk, F, xq, stride, xsc);  // slot t's row: xq + t * stride, scales xsc[b * 8 + t]
-  for (int grp = blockIdx.x; grp < groups; grp += gridDim.x) {
-    if (grp != int(blockIdx.x)) tile = start(grp, t, d0, e);
+    // slot t's row: xq + t * stride, scales xsc[b * 8 + t]
+    if (grp == int(blockIdx.x)) mma_stage_quant(h, topk, F, xq, stride, xsc);
     float acc[1][2] = {{0.f, 0.f}};
     if (e >= 0) ms.run_checked<1>(b0, b1, g == 0 ? xq + t * stride : nullptr, xsc + t, acc);
     if (S > 1) mma_combine<2>(part, acc[0], S);

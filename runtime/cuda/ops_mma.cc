@@ -12,9 +12,12 @@ constexpr int kMmaWarps = 8;  // kernels/linear/gemv_mma.cuh: block of 256 threa
 
 // gemv_mma.cuh mma_x_stride / mma_smem_bytes.
 int mma_x_stride(int K) { return K + ((8 - (K / 4) % 32 + 32) % 32) * 4; }
-unsigned mma_smem(int K, int rows_staged) {
-  return unsigned(rows_staged * mma_x_stride(K) + (K / 32) * 8 * 4 + kMmaWarps * 4 * 32 * 4);
+unsigned mma_smem(int K, int rows_staged) {  // + the warps' 8 KB weight rings
+  return unsigned(rows_staged * mma_x_stride(K) + (K / 32) * 8 * 4 + kMmaWarps * 4 * 32 * 4 + kMmaWarps * 8192);
 }
+// Shared memory a block may use: sm_90 has 227 KB per multiprocessor (two blocks of up to ~110 KB stay resident),
+// sm_89 / sm_120 about 100 KB.
+unsigned mma_smem_max(const OpLaunch& l) { return l.arch == 90 ? 110u * 1024 : kGemvMaxSmem; }
 
 // K segments per 16-column tile (1, 2, 4 or 8 warps of a block): split until the tiles fill every warp slot of the
 // persistent grid, keeping >= 4 blocks of 32 per segment (small N, e.g. 512 columns, needs the split to reach the
@@ -36,7 +39,7 @@ bool try_linear_mma(Ctx& c, DevPtr x, DevPtr y, const LinearW& f, DevPtr w, DevP
                     float scale_after, int round) {
   if (!f.quant || rows < 1 || rows > 8 || K % 32 || N < 1) return false;
   const unsigned smem = mma_smem(K, rows);
-  if (smem > kGemvMaxSmem) return false;
+  if (smem > mma_smem_max(c.l)) return false;
   const unsigned blocks = gemv_blocks(c.l);
   const int64_t tiles = (int64_t(N) + 15) / 16;
   const int S = ksplit(tiles, K / 32, blocks);
@@ -49,7 +52,7 @@ bool try_linear_mma(Ctx& c, DevPtr x, DevPtr y, const LinearW& f, DevPtr w, DevP
 bool try_experts_mma(Ctx& c, const ExpertsMma& a) {
   if (!a.f.quant || a.topk < 1 || a.topk > 8 || a.D % 32 || a.F % 32) return false;
   const unsigned smem_up = mma_smem(a.D, 1), smem_down = mma_smem(a.F, a.topk);
-  if (smem_up > kGemvMaxSmem || smem_down > kGemvMaxSmem) return false;
+  if (smem_up > mma_smem_max(c.l) || smem_down > mma_smem_max(c.l)) return false;
   const unsigned blocks = gemv_blocks(c.l);
   const int rb = 1;  // the model's numerics (the caller's branch)
   const int64_t tiles_up = int64_t(a.topk) * ((a.F + 15) / 16), tiles_down = int64_t(a.topk) * ((a.D + 15) / 16);

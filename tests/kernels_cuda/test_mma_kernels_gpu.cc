@@ -54,7 +54,9 @@ std::vector<uint8_t> e8m0(size_t n, uint32_t seed) {
 
 // gemv_mma.cuh mma_x_stride / mma_smem_bytes, and gemv_aq.cuh gemv_smem_bytes for the exact kernels.
 int x_stride(int K) { return K + ((8 - (K / 4) % 32 + 32) % 32) * 4; }
-unsigned mma_smem(int K, int rows) { return unsigned(rows * x_stride(K) + (K / 32) * 8 * 4 + 8 * 4 * 32 * 4); }
+unsigned mma_smem(int K, int rows) {  // + the warps' 8 KB weight rings
+  return unsigned(rows * x_stride(K) + (K / 32) * 8 * 4 + 8 * 4 * 32 * 4 + 8 * 8192);
+}
 unsigned aq_smem(int K, int rows_staged, int cpb, int terms, bool fp4) {
   return unsigned(rows_staged * (K * (fp4 ? 4 : 8) + (K / 32) * 4) + 2 * cpb * terms * (K / 32 + 1) * 4);
 }

@@ -277,16 +277,21 @@ struct MmaSegment {
   // Blocks [b0, b1) folded into acc, in K order; expects prefetch(b0, b1) done.
   template <int NC, bool NZ>
   __device__ __forceinline__ void run(int b0, int b1, const u8* xrow, const float* xsl, float (*acc)[2 * NC]) {
+    // Four blocks per wait: their shared loads and MMAs overlap (one block per wait serialised each block's
+    // wait, loads, MMA and sums: sm_90 also runs the E4M3 mma.sync as f16 conversions + two HMMAs).
+    constexpr int G = 4;
     for (int bb = b0; bb < b1; bb += D) {
 #pragma unroll
-      for (int j = 0; j < D; ++j) {
-        const int b = bb + j;
-        if (b >= b1) break;  // uniform
-        cp_async_wait<D - 1>();  // this lane's copies of block b have landed ...
+      for (int j0 = 0; j0 < D; j0 += G) {
+        if (bb + j0 >= b1) break;  // uniform
+        cp_async_wait<D - G>();  // this lane's copies of blocks bb + j0 .. + G - 1 have landed ...
         __syncwarp();            // ... and every lane's
-        consume<NC, NZ>(j, b, xrow, xsl, acc);
-        __syncwarp();  // stage j read by all lanes before it is refilled
-        issue(j, b + D);
+#pragma unroll
+        for (int j = j0; j < j0 + G; ++j)
+          if (bb + j < b1) consume<NC, NZ>(j, bb + j, xrow, xsl, acc);
+        __syncwarp();  // the stages read by all lanes before they are refilled
+#pragma unroll
+        for (int j = j0; j < j0 + G; ++j) issue(j, bb + j + D);
       }
     }
   }

@@ -188,6 +188,20 @@ int compare(const std::string& smelt_run, const std::string& plan_path, const st
     return rs;
   };
 
+  // The two processes on a free port. free_loopback_port() only proposes a port: another socket may take it before
+  // the coordinator listens ("Address already in use"; seen once on the GPU machine), then the pair runs again on a
+  // fresh port (up to three times) instead of failing the comparison.
+  auto run_split = [&](const std::string& what, const std::vector<std::string>& args, const std::string& out_flag,
+                       std::vector<Run>& rs) {
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      rs = split(what, args, free_port(), out_flag);
+      if (run_all(rs, 300)) return true;
+      if (slurp(rs[0].err).find("Address already in use") == std::string::npos) return false;
+      std::printf("retrying %s on another port\n", what.c_str());
+    }
+    return false;
+  };
+
   int failures = 0;
   // One process, every rank (rank r on GPU r): the reference.
   std::vector<Run> one{{"generate, one process", gen_args(), dir / "gen.out", dir / "gen.err"}};
@@ -196,8 +210,8 @@ int compare(const std::string& smelt_run, const std::string& plan_path, const st
   const std::vector<int> want = tokens_of(one[0]);
   const std::vector<float> ref = logits_of(dir / "one.safetensors");
 
-  std::vector<Run> gen = split("generate", gen_args(), free_port(), "");
-  if (!run_all(gen, 300)) return 1;
+  std::vector<Run> gen;
+  if (!run_split("generate", gen_args(), "", gen)) return 1;
   for (const Run& r : gen) {
     std::vector<int> got = tokens_of(r);
     if (got != want) {
@@ -207,8 +221,8 @@ int compare(const std::string& smelt_run, const std::string& plan_path, const st
     }
   }
 
-  std::vector<Run> lg = split("logits", logit_args(dir / "x"), free_port(), "logits");
-  if (!run_all(lg, 300)) return 1;
+  std::vector<Run> lg;
+  if (!run_split("logits", logit_args(dir / "x"), "logits", lg)) return 1;
   const std::vector<float> a = logits_of(dir / "logits0.safetensors"), b = logits_of(dir / "logits1.safetensors");
   const int64_t vocab = plan.vocab();
   if (a.size() != ref.size() || b.size() != ref.size() || ref.empty() || ref.size() % size_t(vocab)) {

@@ -29,6 +29,19 @@ __device__ __forceinline__ float swiglu(float g, float u, float limit) {
   return __fmul_rn(siluf_(g), u);
 }
 
+// The V4.1 experts' activation with the model's numerics (rb: bf16 roundings of g, u and the result), times the
+// routing weight rw (nullptr: the shared expert, none). One definition for the slot, decode and tensor-core kernels.
+__device__ __forceinline__ float swiglu_v41(float g, float u, float limit, int rb, const float* rw, i64 rt) {
+  if (rb) g = round_bf16(g), u = round_bf16(u);
+  if (limit > 0.f) {
+    u = clampf(u, -limit, limit);
+    g = g < limit ? g : limit;
+  }
+  float a = __fmul_rn(siluf_(g), u);
+  if (rw) a = __fmul_rn(rw[rt], a);
+  return rb ? round_bf16(a) : a;
+}
+
 // Expert of slot rt (idx == nullptr: the shared expert, 0); -1 when the index is out of range.
 __device__ __forceinline__ int expert_of(const i32* idx, i64 rt, int n_experts) {
   if (!idx) return 0;
@@ -85,14 +98,7 @@ __device__ void up_aq_body(const i32* xu, const float* xs, int D, int F, int top
     h[rt * F + f] = 0.f;
     return;
   }
-  if (rb) g = round_bf16(g), u = round_bf16(u);
-  if (limit > 0.f) {
-    u = clampf(u, -limit, limit);
-    g = g < limit ? g : limit;
-  }
-  float a = __fmul_rn(siluf_(g), u);
-  if (rw) a = __fmul_rn(rw[rt], a);
-  h[rt * F + f] = rb ? round_bf16(a) : a;
+  h[rt * F + f] = swiglu_v41(g, u, limit, rb, rw, rt);
 }
 
 // V4.1 down: out[rt, d] = bf16(act_quant(h[rt]) . w2[d]) (hu / hs: act_quant of h [rows*topk, F]).

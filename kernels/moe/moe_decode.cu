@@ -55,18 +55,7 @@ __device__ void up_dec_body(const float* x, int D, int F, int topk, const i32* i
       const int e = expert_of(idx, t, n_experts);
       float gs = 0.f, us = 0.f;
       if (e >= 0) gs = fold_terms(tg + threadIdx.x * ld, nb), us = fold_terms(tu + threadIdx.x * ld, nb);
-      if (e < 0) {
-        h[q] = 0.f;
-      } else {
-        if (rb) gs = round_bf16(gs), us = round_bf16(us);
-        if (limit > 0.f) {
-          us = clampf(us, -limit, limit);
-          gs = gs < limit ? gs : limit;
-        }
-        float v = __fmul_rn(siluf_(gs), us);
-        if (rw) v = __fmul_rn(rw[t], v);
-        h[q] = rb ? round_bf16(v) : v;
-      }
+      h[q] = e < 0 ? 0.f : swiglu_v41(gs, us, limit, rb, rw, t);
     }
   }
 }

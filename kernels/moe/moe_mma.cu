@@ -52,19 +52,7 @@ __device__ void up_mma_body(const float* x, int D, int F, int topk, const i32* i
       const int f = f0 + g + 8 * i;
       if (f >= F) continue;
       const i64 q = i64(t) * F + f;
-      if (e < 0) {
-        h[q] = 0.f;
-        continue;
-      }
-      float gs = acc[0][i], us = acc[1][i];
-      if (rb) gs = round_bf16(gs), us = round_bf16(us);
-      if (limit > 0.f) {
-        us = clampf(us, -limit, limit);
-        gs = gs < limit ? gs : limit;
-      }
-      float v = __fmul_rn(siluf_(gs), us);
-      if (rw) v = __fmul_rn(rw[t], v);
-      h[q] = rb ? round_bf16(v) : v;
+      h[q] = e < 0 ? 0.f : swiglu_v41(acc[0][i], acc[1][i], limit, rb, rw, t);
     }
   }
 #else

@@ -71,6 +71,24 @@ inline std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.f) {
   return v;
 }
 
+// Random E4M3 codes without the two NaN codes (every byte is also a valid pair of packed FP4 codes).
+inline std::vector<uint8_t> fp8_codes(size_t n, uint32_t seed) {
+  std::mt19937 r(seed);
+  std::vector<uint8_t> c(n);
+  for (auto& b : c) {
+    do b = uint8_t(r()); while ((b & 0x7f) == 0x7f);
+  }
+  return c;
+}
+
+// Random E8M0 scales 2^(lo-127) .. 2^(lo-120).
+inline std::vector<uint8_t> e8m0_codes(size_t n, uint32_t seed, int lo = 118) {
+  std::mt19937 r(seed);
+  std::vector<uint8_t> c(n);
+  for (auto& b : c) b = uint8_t(lo + r() % 8);
+  return c;
+}
+
 }  // namespace smelt::test_cuda
 
 #define NEED_GPU() \

@@ -22,22 +22,12 @@ using smelt::runtime::cuda::AttnArgs;
 using smelt::runtime::cuda::ExpertW;
 using smelt::runtime::cuda::InvFreq;
 using smelt::test_cuda::Gpu;
+using smelt::test_cuda::e8m0_codes;
+using smelt::test_cuda::fp8_codes;
 using smelt::test_cuda::gpu;
 using smelt::test_cuda::randn;
 namespace q = smelt::kernels::quant;
 
-std::vector<uint8_t> codes(size_t n, uint32_t seed) {  // E4M3 codes without NaN (FP4: any byte)
-  std::mt19937 r(seed);
-  std::vector<uint8_t> c(n);
-  for (auto& b : c) do b = uint8_t(r()); while ((b & 0x7f) == 0x7f);
-  return c;
-}
-std::vector<uint8_t> e8m0(size_t n, uint32_t seed) {
-  std::mt19937 r(seed);
-  std::vector<uint8_t> c(n);
-  for (auto& b : c) b = uint8_t(118 + r() % 8);
-  return c;
-}
 void expect_bits_equal(const float* a, const float* b, size_t n, const std::string& what) {
   for (size_t i = 0; i < n; ++i) {
     uint32_t x, y;
@@ -60,8 +50,8 @@ TEST(CudaDecodeKernels, GemvActQuantEqualsQuantReferenceBitForBit) {
         const int rows = 2, N = 200;  // N % cpb != 0 for 3 and 7
         auto x = randn(size_t(rows) * K, 3 + K, 2.f);
         x[5] = 0.f, x[6] = 1e-7f, x[7] = 600.f;
-        auto w = fp4 ? codes(size_t(N) * K / 2, 4) : codes(size_t(N) * K, 4);
-        auto s = fp4 ? e8m0(size_t(N) * (K / 32), 5) : e8m0(size_t((N + 31) / 32) * (K / 32), 5);
+        auto w = fp4 ? fp8_codes(size_t(N) * K / 2, 4) : fp8_codes(size_t(N) * K, 4);
+        auto s = fp4 ? e8m0_codes(size_t(N) * (K / 32), 5) : e8m0_codes(size_t((N + 31) / 32) * (K / 32), 5);
         std::vector<float> ref(size_t(rows) * N);
         if (fp4) q::fp4_linear(x.data(), rows, K, w.data(), s.data(), N, ref.data(), false, 32);
         else q::fp8_linear(x.data(), rows, K, w.data(), s.data(), N, 32, ref.data(), false, 32);
@@ -93,9 +83,9 @@ TEST(CudaDecodeKernels, GemvFp8NanCodesMatchTheWarpPerColumnKernel) {
   NEED_GPU();
   const int rows = 1, K = 512, N = 64, cpb = 3;
   auto x = randn(size_t(K), 77, 2.f);
-  auto w = codes(size_t(N) * K, 78);
+  auto w = fp8_codes(size_t(N) * K, 78);
   for (int n = 0; n < N; n += 5) w[size_t(n) * K + size_t(n % 16) * 32 + 7] = (n & 1) ? 0xFF : 0x7F;
-  auto s = e8m0(size_t((N + 31) / 32) * (K / 32), 79);
+  auto s = e8m0_codes(size_t((N + 31) / 32) * (K / 32), 79);
   DevPtr dx = gpu().put(x), dw = gpu().put(w), ds = gpu().put(s);
   DevPtr xu = gpu().alloc(size_t(K) * 4), xs = gpu().alloc(size_t(K) / 32 * 4);
   DevPtr dy = gpu().alloc(size_t(N) * 4), dr = gpu().alloc(size_t(N) * 4);
@@ -125,9 +115,9 @@ TEST(CudaDecodeKernels, OneRowLinearsEqualTheGeneralKernelsBitForBit) {
         const size_t el = f == "f32" ? 4 : 2;
         if (i % el == el - 1) w[i] &= 0xBF;
       }
-    if (f == "fp8") w = codes(w.size(), 9);
+    if (f == "fp8") w = fp8_codes(w.size(), 9);
     const size_t sn = f == "fp8" ? size_t(G) * ((N + 31) / 32) * ((Kf + 31) / 32) : size_t(G) * N * (Kf / 32);
-    auto s = e8m0(sn, 10);
+    auto s = e8m0_codes(sn, 10);
     auto x = randn(size_t(G) * Kf, 11, 1.f);
     DevPtr dx = gpu().put(x), dw = gpu().put(w), ds = gpu().put(s);
     DevPtr y0 = gpu().alloc(size_t(G) * N * 4), y1 = gpu().alloc(size_t(G) * N * 4);
@@ -185,8 +175,8 @@ TEST(CudaDecodeKernels, DISABLED_GemvRealShapes) {
     int cpb = std::max(1, 2 * 512 / nb);
     cpb = std::min(std::min(cpb, std::max(1, N / blocks)), 32);
     auto x = randn(size_t(K), 5, 1.f);
-    DevPtr dx = gpu().put(x), dw = gpu().put(codes(size_t(N) * K, 6));
-    DevPtr ds = gpu().put(e8m0(size_t((N + 31) / 32) * (K / 32), 7)), dy = gpu().alloc(size_t(N) * 4);
+    DevPtr dx = gpu().put(x), dw = gpu().put(fp8_codes(size_t(N) * K, 6));
+    DevPtr ds = gpu().put(e8m0_codes(size_t((N + 31) / 32) * (K / 32), 7)), dy = gpu().alloc(size_t(N) * 4);
     const unsigned grid = unsigned(std::min((N + cpb - 1) / cpb, blocks));
     for (int rep = 0; rep < 2; ++rep)
       gpu().launch("linear", "smelt_gemv_fp8_aq", grid, 1, 1, 512, smem(K, 1, cpb, 1, false), dx, dy, dw, ds, K, N, 32,
@@ -208,8 +198,8 @@ TEST(CudaDecodeKernels, MoeDecodeGemvsEqualTheSlotKernels) {
       const size_t w1n = fp4 ? size_t(F) * D / 2 : size_t(F) * D, w2n = w1n;
       const size_t s1n = fp4 ? size_t(F) * (D / 32) : size_t((F + 31) / 32) * (D / 32);
       const size_t s2n = fp4 ? size_t(D) * (F / 32) : size_t(D / 32) * ((F + 31) / 32);
-      DevPtr w1 = gpu().put(codes(E * w1n, 21)), w2 = gpu().put(codes(E * w2n, 22)), w3 = gpu().put(codes(E * w1n, 23));
-      DevPtr s1 = gpu().put(e8m0(E * s1n, 24)), s2 = gpu().put(e8m0(E * s2n, 25)), s3 = gpu().put(e8m0(E * s1n, 26));
+      DevPtr w1 = gpu().put(fp8_codes(E * w1n, 21)), w2 = gpu().put(fp8_codes(E * w2n, 22)), w3 = gpu().put(fp8_codes(E * w1n, 23));
+      DevPtr s1 = gpu().put(e8m0_codes(E * s1n, 24)), s2 = gpu().put(e8m0_codes(E * s2n, 25)), s3 = gpu().put(e8m0_codes(E * s1n, 26));
       ExpertW ew{{w1, s1, w2, s2, w3, s3},
                  {int64_t(w1n), int64_t(s1n), int64_t(w2n), int64_t(s2n), int64_t(w1n), int64_t(s1n)},
                  0};

@@ -27,6 +27,8 @@ namespace {
 using smelt::test_cuda::DevPtr;
 using smelt::runtime::cuda::AttnArgs;
 using smelt::test_cuda::Gpu;
+using smelt::test_cuda::e8m0_codes;
+using smelt::test_cuda::fp8_codes;
 using smelt::test_cuda::gpu;
 using smelt::test_cuda::randn;
 namespace k = smelt::kernels;
@@ -77,21 +79,6 @@ TEST(CudaKernels, LinearBf16MatchesReferenceAndIsRowInvariant) {
   expect_bits_equal(y.data(), y1.data(), N, "row 0 (7 rows vs 1 row)");
 }
 
-// Random E4M3 codes without NaN, E8M0 scales near 1.
-std::vector<uint8_t> fp8_codes(size_t n, uint32_t seed) {
-  std::mt19937 r(seed);
-  std::vector<uint8_t> c(n);
-  for (auto& b : c) {
-    do b = uint8_t(r()); while ((b & 0x7f) == 0x7f);
-  }
-  return c;
-}
-std::vector<uint8_t> e8m0(size_t n, uint32_t seed) {
-  std::mt19937 r(seed);
-  std::vector<uint8_t> c(n);
-  for (auto& b : c) b = uint8_t(118 + r() % 8);
-  return c;
-}
 
 TEST(CudaKernels, LinearFp8AndFp4ActQuantAreBitExact) {
   NEED_GPU();
@@ -100,7 +87,7 @@ TEST(CudaKernels, LinearFp8AndFp4ActQuantAreBitExact) {
   x[5] = 0.f, x[6] = 1e-7f, x[7] = 600.f;  // floor, tiny and saturating values
   for (bool fp4 : {false, true}) {
     auto w = fp4 ? fp8_codes(size_t(N) * K / 2, 4) : fp8_codes(size_t(N) * K, 4);  // FP4: any byte is valid
-    auto s = fp4 ? e8m0(size_t(N) * (K / 32), 5) : e8m0(size_t(N / 32) * (K / 32), 5);
+    auto s = fp4 ? e8m0_codes(size_t(N) * (K / 32), 5) : e8m0_codes(size_t(N / 32) * (K / 32), 5);
     std::vector<float> ref(size_t(rows) * N);
     if (fp4) q::fp4_linear(x.data(), rows, K, w.data(), s.data(), N, ref.data(), false, 32);
     else q::fp8_linear(x.data(), rows, K, w.data(), s.data(), N, 32, ref.data(), false, 32);

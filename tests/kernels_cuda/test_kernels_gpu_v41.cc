@@ -35,6 +35,8 @@ using smelt::test_cuda::DevPtr;
 using smelt::runtime::cuda::ExpertW;
 using smelt::runtime::cuda::InvFreq;
 using smelt::test_cuda::Gpu;
+using smelt::test_cuda::e8m0_codes;
+using smelt::test_cuda::fp8_codes;
 using smelt::test_cuda::gpu;
 using smelt::test_cuda::randn;
 namespace k = smelt::kernels;
@@ -43,20 +45,6 @@ namespace q = smelt::kernels::quant;
 std::vector<float> bf16_values(std::vector<float> v) {
   for (auto& x : v) x = q::bf16_round(x);
   return v;
-}
-std::vector<uint8_t> fp8_codes(size_t n, uint32_t seed) {  // E4M3 without NaN
-  std::mt19937 r(seed);
-  std::vector<uint8_t> c(n);
-  for (auto& b : c) {
-    do b = uint8_t(r()); while ((b & 0x7f) == 0x7f);
-  }
-  return c;
-}
-std::vector<uint8_t> e8m0(size_t n, uint32_t seed, int lo = 118) {  // scales 2^(lo-127) .. 2^(lo-120)
-  std::mt19937 r(seed);
-  std::vector<uint8_t> c(n);
-  for (auto& b : c) b = uint8_t(lo + r() % 8);
-  return c;
 }
 
 void expect_bits_equal(const float* a, const float* b, size_t n, const char* what) {
@@ -104,7 +92,7 @@ TEST(CudaKernelsV41, LinearFp8AndFp4WeightOnlyMatchDequantizedLinear) {
   auto x = randn(size_t(rows) * K, 11);
   for (bool fp4 : {false, true}) {
     auto w = fp4 ? fp8_codes(size_t(N) * K / 2, 12) : fp8_codes(size_t(N) * K, 12);
-    auto s = fp4 ? e8m0(size_t(N) * (K / 32), 13) : e8m0(size_t(N / 32) * (K / 32), 13);
+    auto s = fp4 ? e8m0_codes(size_t(N) * (K / 32), 13) : e8m0_codes(size_t(N / 32) * (K / 32), 13);
     std::vector<float> ref(size_t(rows) * N), wd(size_t(N) * K);
     k::linear_quant(x.data(), rows, K, N, w.data(), fp4 ? k::WeightFormat::FP4_E2M1 : k::WeightFormat::FP8_E4M3,
                     s.data(), 32, /*act_quant=*/false, ref.data());
@@ -132,7 +120,7 @@ TEST(CudaKernelsV41, GroupedLinearFp8MatchesDequantizedGroupedLinear) {
   const int rows = 3, G = 2, K = 128, N = 64;  // wo_a: [G*N, K] FP8, 32x32 block scales
   auto x = randn(size_t(rows) * G * K, 21);
   auto w = fp8_codes(size_t(G) * N * K, 22);
-  auto s = e8m0(size_t(G * N / 32) * (K / 32), 23);
+  auto s = e8m0_codes(size_t(G * N / 32) * (K / 32), 23);
   std::vector<float> wd(size_t(G) * N * K), ref(size_t(rows) * G * N);
   q::dequant_fp8_weight(w.data(), s.data(), G * N, K, 32, wd.data());
   k::grouped_linear(x.data(), wd.data(), ref.data(), rows, G, K, N);
@@ -390,7 +378,7 @@ struct Experts {
       const size_t wb = fp4 ? size_t(out) * in / 2 : size_t(out) * in;
       const size_t sb = fp4 ? size_t(out) * (in / 32) : size_t(out / 32) * (in / 32);
       w[j] = fp8_codes(wb * E, seed + j);
-      s[j] = e8m0(sb * E, seed + 10 + j, fp4 ? 120 : 118);
+      s[j] = e8m0_codes(sb * E, seed + 10 + j, fp4 ? 120 : 118);
       const DevPtr dw = gpu().put(w[j]), ds = gpu().put(s[j]);
       const int slot = j == 0 ? 0 : j == 1 ? 2 : 4;  // w1, s1, w2, s2, w3, s3
       dev.base[slot] = dw, dev.stride[slot] = int64_t(wb);
@@ -477,9 +465,9 @@ TEST(CudaKernelsV41, EngramGatherProjectGate) {
   const int rows = 3, n = 2, D = 64, hd = 32, cols = 4, stride = 8, trows = 50;
   const int K = cols * hd, N = (n + 1) * D;
   auto table = fp8_codes(size_t(trows) * hd, 91);
-  auto tscale = e8m0(size_t(trows) * (hd / 32), 92, 124);
+  auto tscale = e8m0_codes(size_t(trows) * (hd / 32), 92, 124);
   auto wkv = fp8_codes(size_t(N) * K, 93);
-  auto wscale = e8m0(size_t(N / 32) * (K / 32), 94, 116);
+  auto wscale = e8m0_codes(size_t(N / 32) * (K / 32), 94, 116);
   auto qw = bf16_values(randn(size_t(n) * D, 95)), kw = bf16_values(randn(size_t(n) * D, 96));
   auto X = bf16_values(randn(size_t(rows) * n * D, 97));
   std::vector<int32_t> hashes(size_t(rows) * stride);

@@ -25,6 +25,8 @@ namespace {
 
 using smelt::runtime::cuda::ExpertW;
 using smelt::test_cuda::DevPtr;
+using smelt::test_cuda::e8m0_codes;
+using smelt::test_cuda::fp8_codes;
 using smelt::test_cuda::gpu;
 using smelt::test_cuda::randn;
 namespace q = smelt::kernels::quant;
@@ -39,18 +41,6 @@ bool has_fp8_mma() {
   NEED_GPU();                                                      \
   if (!has_fp8_mma()) GTEST_SKIP() << "FP8 mma.sync needs sm_89+"
 
-std::vector<uint8_t> codes(size_t n, uint32_t seed) {  // E4M3 codes without NaN (FP4: any byte)
-  std::mt19937 r(seed);
-  std::vector<uint8_t> c(n);
-  for (auto& b : c) do b = uint8_t(r()); while ((b & 0x7f) == 0x7f);
-  return c;
-}
-std::vector<uint8_t> e8m0(size_t n, uint32_t seed) {
-  std::mt19937 r(seed);
-  std::vector<uint8_t> c(n);
-  for (auto& b : c) b = uint8_t(118 + r() % 8);
-  return c;
-}
 
 // gemv_mma.cuh mma_x_stride / mma_smem_bytes, and gemv_aq.cuh gemv_smem_bytes for the exact kernels.
 int x_stride(int K) { return K + ((8 - (K / 4) % 32 + 32) % 32) * 4; }
@@ -78,8 +68,8 @@ struct Weights {
 };
 Weights make_weights(bool fp4, int N, int K, int blk, uint32_t seed) {
   Weights W{fp4, N, K, blk, {}, {}};
-  W.w = codes(fp4 ? size_t(N) * K / 2 : size_t(N) * K, seed);
-  W.s = e8m0(fp4 ? size_t(N) * (K / 32) : size_t((N + blk - 1) / blk) * ((K + blk - 1) / blk), seed + 1);
+  W.w = fp8_codes(fp4 ? size_t(N) * K / 2 : size_t(N) * K, seed);
+  W.s = e8m0_codes(fp4 ? size_t(N) * (K / 32) : size_t((N + blk - 1) / blk) * ((K + blk - 1) / blk), seed + 1);
   return W;
 }
 

@@ -73,6 +73,7 @@ TEST_F(Cli, UsageErrorsExit2) {
   expect_error(run("generate " + plan + " --prompt-ids 1 --max-new-tokens 2 --greedy --temperature 1"), 2, "exclude");
   expect_error(run("generate " + plan + " --prompt-ids 1 --max-new-tokens 2 --format yaml"), 2, "yaml");
   expect_error(run("logits " + plan + " --prompt-ids 1"), 2, "--out");
+  expect_error(run("bench " + plan + " --states later"), 2, "later");
   EXPECT_EQ(run("--help").code, 0);
 }
 
@@ -83,6 +84,7 @@ TEST_F(Cli, BadInputExits1) {
   expect_error(run("generate " + plan + " --prompt-ids 1,2,3 --max-new-tokens 63"), 1,
                "3 prompt tokens + 63 new tokens need 65 positions but the plan was compiled for max_seq_len 64");
   expect_error(run("generate " + plan + " --prompt-ids 20 --max-new-tokens 1"), 1, "token id 20 is outside [0, 20)");
+  expect_error(run("bench " + plan + " --states synthetic"), 1, "--states synthetic needs --backend cuda");
   expect_error(run("generate " + plan + " --prompt-ids 1 --max-new-tokens 1 --model /nonexistent"), 1,
                "checkpoint /nonexistent does not match the plan: model.safetensors is missing");
   // Garbage where a plan should be: every subcommand says so in one line, none crashes.

@@ -231,13 +231,22 @@ void run_experts(Ctx& c, bool routed) {
   }
   const DevPtr h = c.scratch(uint64_t(RT) * F * 4);
   const DevPtr out = routed ? c.scratch(uint64_t(RT) * D * 4) : l.out[0];
+  // Routed: the slots' outputs into l.out[0], times the routing weights unless up applied them (the model's
+  // numerics do); swiglu_mlp's down kernel wrote l.out[0] itself.
+  auto combine = [&](int weighted) {
+    if (routed)
+      c.go("smelt_moe_combine", cdiv(D, 256), unsigned(rows), 1, 256, 0, out, rw, idx, topk, n_experts, D, weighted,
+           l.out[0]);
+  };
+  const detail::ExpertsLaunch el{l.in[0], idx, rw, h, out, ew, D, F, topk, n_experts, f, limit, routed, is_round(op)};
   // V4.1 with the model's numerics: act quant, exact GEMMs, bf16 roundings. Under numerics = "fp32" the
   // reference runs plain fp32 on the dequantized weights (no act quant): the weight-only kernels below.
   if (scaled && detail::model_rounding(op)) {
-    if (rows == 1 && detail::mma_kernels(l, 89) &&
-        detail::try_experts_mma(c, {l.in[0], idx, rw, h, out, l.out[0], ew, D, F, topk, n_experts, f, limit, routed,
-                                    is_round(op)}))
-      return;  // tensor-core block sums (ops_mma.cc)
+    if (rows == 1 && detail::mma_kernels(l, 89) && detail::try_experts_mma(c, el)) {  // tensor-core block sums
+      combine(0);
+      c.round_done = !routed;  // swiglu_mlp: the down kernel rounded l.out[0] when the op asks
+      return;
+    }
     if (D % 32 || F % 32) c.fail("FP8/FP4 experts need dim and inter multiples of 32");
     const int rb = detail::model_rounding(op);
     const unsigned blocks = detail::gemv_blocks(l);
@@ -254,11 +263,8 @@ void run_experts(Ctx& c, bool routed) {
       const std::string down = std::string("smelt_moe_down_") + f.fmt + "_aq_dec";
       c.go(down.c_str(), std::min<unsigned>(cdiv(int64_t(RT) * D, cpb_down), blocks), 1, 1, detail::kGemvThreads,
            smem_down, h, D, F, topk, idx, n_experts, ew, int(f.blk), rb, int(!routed && is_round(op)), out, cpb_down);
-      if (routed)
-        c.go("smelt_moe_combine", cdiv(D, 256), unsigned(rows), 1, 256, 0, out, rw, idx, topk, n_experts, D, int(0),
-             l.out[0]);
-      else
-        c.round_done = true;  // swiglu_mlp: the down kernel wrote l.out[0], rounded when the op asks
+      combine(0);
+      c.round_done = !routed;  // swiglu_mlp: the down kernel rounded l.out[0] when the op asks
       return;
     }
     DevPtr xu, xs, hu, hs;
@@ -270,22 +276,18 @@ void run_experts(Ctx& c, bool routed) {
     const std::string down = std::string("smelt_moe_down_") + f.fmt + "_aq";
     c.go(down.c_str(), cdiv(D, 8), unsigned(RT), 1, 256, 0, hu, hs, D, F, topk, idx, n_experts, ew, int(f.blk), rb,
          out);
-    if (routed)
-      c.go("smelt_moe_combine", cdiv(D, 256), unsigned(rows), 1, 256, 0, out, rw, idx, topk, n_experts, D, int(0),
-           l.out[0]);
+    combine(0);
     return;
   }
   if (D % 8 || F % 8) c.fail("the cuda expert kernels need dim and inter multiples of 8");
-  if (scaled && detail::mma_kernels(l, 80) &&
-      detail::try_experts_wo_mma(c, {l.in[0], idx, rw, h, out, l.out[0], ew, D, F, topk, n_experts, f, limit, routed}))
-    return;  // tensor-core weight-only GEMVs (ops_wo_mma.cc)
-  const std::string up = std::string("smelt_moe_up_") + f.fmt;
-  c.go(up.c_str(), cdiv(F, 8), unsigned(RT), 1, 256, 0, l.in[0], D, F, topk, idx, n_experts, ew, int(f.blk), limit, h);
-  const std::string down = std::string("smelt_moe_down_") + f.fmt;
-  c.go(down.c_str(), cdiv(D, 8), unsigned(RT), 1, 256, 0, h, D, F, topk, idx, n_experts, ew, int(f.blk), out);
-  if (routed)
-    c.go("smelt_moe_combine", cdiv(D, 256), unsigned(rows), 1, 256, 0, out, rw, idx, topk, n_experts, D, int(1),
-         l.out[0]);
+  if (!(scaled && detail::mma_kernels(l, 80) && detail::try_experts_wo_mma(c, el))) {  // else tensor cores
+    const std::string up = std::string("smelt_moe_up_") + f.fmt;
+    c.go(up.c_str(), cdiv(F, 8), unsigned(RT), 1, 256, 0, l.in[0], D, F, topk, idx, n_experts, ew, int(f.blk), limit,
+         h);
+    const std::string down = std::string("smelt_moe_down_") + f.fmt;
+    c.go(down.c_str(), cdiv(D, 8), unsigned(RT), 1, 256, 0, h, D, F, topk, idx, n_experts, ew, int(f.blk), out);
+  }
+  combine(1);
 }
 
 void run_v4(Ctx& c) {

@@ -81,6 +81,18 @@ struct LinearW {
 };
 LinearW linear_format(const Ctx& c, const DeviceWeight* w, const DeviceWeight* s, const char* what);
 
+// The expert FFN's buffers and shapes as run_experts hands them to the tensor-core launchers (ops_mma.cc,
+// ops_wo_mma.cc): up (swiglu into h [slots, F]) and down (into out [slots, D]); the caller combines the slots.
+// round: swiglu_mlp's `round = "bf16"` (its down kernel writes the op's output).
+struct ExpertsLaunch {
+  DevPtr x, idx, rw, h, out;
+  ExpertW ew;
+  int D, F, topk, n_experts;
+  LinearW f;
+  float limit;
+  bool routed, round;
+};
+
 // The decode GEMVs (kernels/linear/gemv_aq.cuh): block size and the most shared memory the launchers ask for
 // (sm_120 allows 99 KiB).
 constexpr int kGemvThreads = 512;

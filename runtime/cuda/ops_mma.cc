@@ -49,7 +49,7 @@ bool try_linear_mma(Ctx& c, DevPtr x, DevPtr y, const LinearW& f, DevPtr w, DevP
   return true;
 }
 
-bool try_experts_mma(Ctx& c, const ExpertsMma& a) {
+bool try_experts_mma(Ctx& c, const ExpertsLaunch& a) {
   if (!a.f.quant || a.topk < 1 || a.topk > 8 || a.D % 32 || a.F % 32) return false;
   const unsigned smem_up = mma_smem(a.D, 1), smem_down = mma_smem(a.F, a.topk);
   if (smem_up > mma_smem_max(c.l) || smem_down > mma_smem_max(c.l)) return false;
@@ -63,11 +63,6 @@ bool try_experts_mma(Ctx& c, const ExpertsMma& a) {
   const std::string down = std::string("smelt_moe_down_") + a.f.fmt + "_mma";
   c.go(down.c_str(), grid(tiles_down, s_down, blocks), 1, 1, kMmaWarps * 32, smem_down, a.h, a.D, a.F, a.topk, a.idx,
        a.n_experts, a.ew, int(a.f.blk), rb, int(!a.routed && a.round), a.out, s_down);
-  if (a.routed)
-    c.go("smelt_moe_combine", cdiv(a.D, 256), 1u, 1, 256, 0, a.out, a.rw, a.idx, a.topk, a.n_experts, a.D, int(0),
-         a.final_out);
-  else
-    c.round_done = true;  // swiglu_mlp: the down kernel wrote final_out, rounded when the op asks
   return true;
 }
 

@@ -10,17 +10,8 @@ namespace smelt::runtime::cuda::detail {
 bool try_linear_mma(Ctx& c, DevPtr x, DevPtr y, const LinearW& f, DevPtr w, DevPtr s, int rows, int K, int N,
                     float scale_after, int round);
 
-// The V4.1 expert FFN of one row with the model's numerics (run_experts): up (swiglu into h), down (into out),
-// then smelt_moe_combine into final_out when routed; swiglu_mlp (not routed): down writes final_out, rounded
-// when `round`, and c.round_done is set.
-struct ExpertsMma {
-  DevPtr x, idx, rw, h, out, final_out;
-  ExpertW ew;
-  int D, F, topk, n_experts;
-  LinearW f;
-  float limit;
-  bool routed, round;
-};
-bool try_experts_mma(Ctx& c, const ExpertsMma& a);
+// The V4.1 expert FFN of one row with the model's numerics (run_experts): up and down; swiglu_mlp's down kernel
+// applies the op's bf16 round (`a.round`).
+bool try_experts_mma(Ctx& c, const ExpertsLaunch& a);
 
 }  // namespace smelt::runtime::cuda::detail

@@ -74,7 +74,7 @@ bool try_linear_wo_mma(Ctx& c, DevPtr x, DevPtr y, const LinearW& f, DevPtr w, D
   return true;
 }
 
-bool try_experts_wo_mma(Ctx& c, const ExpertsWoMma& a) {
+bool try_experts_wo_mma(Ctx& c, const ExpertsLaunch& a) {
   const std::string fmt = a.f.fmt;
   if (fmt != "fp4" && !wo_mma_all()) return false;
   const int rows = c.l.rows, RT = rows * a.topk;
@@ -94,9 +94,6 @@ bool try_experts_wo_mma(Ctx& c, const ExpertsWoMma& a) {
        a.n_experts, a.ew, int(a.f.blk), a.limit, a.h, ks_up, cb_up);
   c.go(down.c_str(), gx_down, unsigned(RT), 1, kWoWarps * 32, wo_smem(1, ks_down * cb_down), a.h, a.D, a.F, a.topk,
        a.idx, a.n_experts, a.ew, int(a.f.blk), a.out, ks_down, cb_down);
-  if (a.routed)
-    c.go("smelt_moe_combine", unsigned((a.D + 255) / 256), unsigned(rows), 1, 256, 0, a.out, a.rw, a.idx, a.topk,
-         a.n_experts, a.D, int(1), a.final_out);
   return true;
 }
 

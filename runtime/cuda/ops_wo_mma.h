@@ -12,16 +12,7 @@ namespace smelt::runtime::cuda::detail {
 bool try_linear_wo_mma(Ctx& c, DevPtr x, DevPtr y, const LinearW& f, DevPtr w, DevPtr s, int rows, int K, int N,
                        int G, float scale_after, int round);
 
-// The weight-only expert FFN (run_experts without the model's numerics): up (swiglu into h), down (into out),
-// then smelt_moe_combine (weighted) into final_out when routed; not routed, down writes final_out (= out).
-struct ExpertsWoMma {
-  DevPtr x, idx, rw, h, out, final_out;
-  ExpertW ew;
-  int D, F, topk, n_experts;
-  LinearW f;
-  float limit;
-  bool routed;
-};
-bool try_experts_wo_mma(Ctx& c, const ExpertsWoMma& a);
+// The weight-only expert FFN (run_experts without the model's numerics): up and down (no rounding).
+bool try_experts_wo_mma(Ctx& c, const ExpertsLaunch& a);
 
 }  // namespace smelt::runtime::cuda::detail

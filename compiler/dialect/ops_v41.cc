@@ -53,6 +53,26 @@ LogicalResult KvCompressorOp::verifySymbolUses(ST& st) {
   return expect_weight(*this, st, "k_norm", getKNormAttr(), {dI});
 }
 
+// The V4.1 indexer's candidate level (smelt.indexer_v41, smelt.indexer_select): candidate_blocks,
+// is_candidate_source and the cand_in / cand_out lists. `allowed` false (the v4 variant): no candidate level at all.
+template <typename Op>
+LogicalResult verify_candidate_level(Op op, bool allowed) {
+  const int64_t cb = op.getCandidateBlocks(), src = op.getIsCandidateSource();
+  if (src != 0 && src != 1) return op.emitOpError() << "is_candidate_source must be 0 or 1";
+  if (cb < 0) return op.emitOpError() << "candidate_blocks must be >= 0 (0 = no candidate level)";
+  if (!allowed && (cb || src || op.getCandIn() || op.getCandOut()))
+    return op.emitOpError() << "only v41 has a candidate level";
+  if (cb > 0 && op.getCandidateBlockSize() <= 0) return op.emitOpError() << "candidate_block_size must be positive";
+  if (src && !op.getCandOut()) return op.emitOpError() << "a candidate source produces cand_out";
+  if (!src && op.getCandOut()) return op.emitOpError() << "only a candidate source produces cand_out";
+  if ((op.getCandIn() || op.getCandOut()) && cb == 0)
+    return op.emitOpError() << "candidate lists need candidate_blocks > 0";
+  if (src && op.getCandIn()) return op.emitOpError() << "a candidate source takes no cand_in";
+  if (op.getCandIn() && failed(expect_cols(op, op.getCandIn(), cb, "cand_in (candidate_blocks)"))) return failure();
+  if (op.getCandOut() && failed(expect_cols(op, op.getCandOut(), cb, "cand_out (candidate_blocks)"))) return failure();
+  return success();
+}
+
 LogicalResult IndexerV41Op::verify() {
   if (failed(verify_rows(*this)) || failed(expect_positive(*this, getHeads(), "heads")) ||
       failed(expect_positive(*this, getHeadDim(), "head_dim")) || failed(expect_positive(*this, getRatio(), "ratio")) ||
@@ -62,17 +82,7 @@ LogicalResult IndexerV41Op::verify() {
       failed(expect_cols(*this, getW(), getHeads(), "w (heads)")) ||
       failed(expect_cols(*this, getIdx(), getTopk(), "idx (topk)")))
     return failure();
-  const int64_t cb = getCandidateBlocks(), src = getIsCandidateSource();
-  if (src != 0 && src != 1) return emitOpError() << "is_candidate_source must be 0 or 1";
-  if (cb < 0) return emitOpError() << "candidate_blocks must be >= 0 (0 = no candidate level)";
-  if (cb > 0 && getCandidateBlockSize() <= 0) return emitOpError() << "candidate_block_size must be positive";
-  if (src && !getCandOut()) return emitOpError() << "a candidate source produces cand_out";
-  if (!src && getCandOut()) return emitOpError() << "only a candidate source produces cand_out";
-  if ((getCandIn() || getCandOut()) && cb == 0) return emitOpError() << "candidate lists need candidate_blocks > 0";
-  if (src && getCandIn()) return emitOpError() << "a candidate source takes no cand_in";
-  if (getCandIn() && failed(expect_cols(*this, getCandIn(), cb, "cand_in (candidate_blocks)"))) return failure();
-  if (getCandOut() && failed(expect_cols(*this, getCandOut(), cb, "cand_out (candidate_blocks)"))) return failure();
-  return success();
+  return verify_candidate_level(*this, true);
 }
 
 LogicalResult IndexerV41Op::verifySymbolUses(ST&) { return success(); }
@@ -219,18 +229,7 @@ LogicalResult IndexerSelectOp::verify() {
     return failure();
   const bool v41 = getVariant() == "v41";
   if (!v41 && getVariant() != "v4") return emitOpError() << "variant must be v4 or v41, got '" << getVariant() << "'";
-  const int64_t cb = getCandidateBlocks(), src = getIsCandidateSource();
-  if (src != 0 && src != 1) return emitOpError() << "is_candidate_source must be 0 or 1";
-  if (cb < 0) return emitOpError() << "candidate_blocks must be >= 0 (0 = no candidate level)";
-  if (!v41 && (cb || src || getCandIn() || getCandOut())) return emitOpError() << "only v41 has a candidate level";
-  if (cb > 0 && getCandidateBlockSize() <= 0) return emitOpError() << "candidate_block_size must be positive";
-  if (src && !getCandOut()) return emitOpError() << "a candidate source produces cand_out";
-  if (!src && getCandOut()) return emitOpError() << "only a candidate source produces cand_out";
-  if ((getCandIn() || getCandOut()) && cb == 0) return emitOpError() << "candidate lists need candidate_blocks > 0";
-  if (src && getCandIn()) return emitOpError() << "a candidate source takes no cand_in";
-  if (getCandIn() && failed(expect_cols(*this, getCandIn(), cb, "cand_in (candidate_blocks)"))) return failure();
-  if (getCandOut() && failed(expect_cols(*this, getCandOut(), cb, "cand_out (candidate_blocks)"))) return failure();
-  return success();
+  return verify_candidate_level(*this, v41);
 }
 
 LogicalResult IndexerSelectOp::verifySymbolUses(ST&) { return success(); }

@@ -81,6 +81,13 @@ inline std::vector<uint8_t> fp8_codes(size_t n, uint32_t seed) {
   return c;
 }
 
+// Shared memory of the exact decode GEMVs (kernels/linear/gemv_aq.cuh gemv_smem_bytes; the tests keep their own
+// copy of the launch arithmetic instead of the runtime's).
+inline unsigned gemv_aq_smem(int K, int rows_staged, int cpb, int terms, bool fp4) {
+  const int x_bytes = fp4 ? 4 : 8;  // XStage: FP8 weights stage the activation units as doubles
+  return unsigned(rows_staged * (K * x_bytes + (K / 32) * 4) + 2 * cpb * terms * (K / 32 + 1) * 4);
+}
+
 // Random E8M0 scales 2^(lo-127) .. 2^(lo-120).
 inline std::vector<uint8_t> e8m0_codes(size_t n, uint32_t seed, int lo = 118) {
   std::mt19937 r(seed);

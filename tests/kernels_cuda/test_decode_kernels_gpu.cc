@@ -24,6 +24,7 @@ using smelt::runtime::cuda::InvFreq;
 using smelt::test_cuda::Gpu;
 using smelt::test_cuda::e8m0_codes;
 using smelt::test_cuda::fp8_codes;
+using smelt::test_cuda::gemv_aq_smem;
 using smelt::test_cuda::gpu;
 using smelt::test_cuda::randn;
 namespace q = smelt::kernels::quant;
@@ -35,11 +36,6 @@ void expect_bits_equal(const float* a, const float* b, size_t n, const std::stri
     std::memcpy(&y, b + i, 4);
     ASSERT_EQ(x, y) << what << " element " << i << ": " << a[i] << " vs " << b[i];
   }
-}
-// kernels/linear/gemv_aq.cuh gemv_smem_bytes
-unsigned smem(int K, int rows_staged, int cpb, int terms, bool fp4) {
-  const int x_bytes = fp4 ? 4 : 8;  // XStage: FP8 weights stage the activation units as doubles
-  return unsigned(rows_staged * (K * x_bytes + (K / 32) * 4) + 2 * cpb * terms * (K / 32 + 1) * 4);
 }
 
 TEST(CudaDecodeKernels, GemvActQuantEqualsQuantReferenceBitForBit) {
@@ -62,12 +58,12 @@ TEST(CudaDecodeKernels, GemvActQuantEqualsQuantReferenceBitForBit) {
         const std::string what = std::string(fp4 ? "fp4" : "fp8") + " K " + std::to_string(K) + " cpb " +
                                  std::to_string(cpb);
         // 5 blocks walk ceil(200 / cpb) column groups.
-        gpu().launch("linear", fp4 ? "smelt_gemv_fp4_aq" : "smelt_gemv_fp8_aq", 5, rows, 1, 512, smem(K, 1, cpb, 1, fp4),
+        gpu().launch("linear", fp4 ? "smelt_gemv_fp4_aq" : "smelt_gemv_fp8_aq", 5, rows, 1, 512, gemv_aq_smem(K, 1, cpb, 1, fp4),
                      dx, dy, dw, ds, K, N, 32, 1.0f, 0, cpb);
         auto y = gpu().get<float>(dy, ref.size());
         expect_bits_equal(y.data(), ref.data(), ref.size(), what);
         // scale_after and the bf16 output, against the warp-per-column kernel.
-        gpu().launch("linear", fp4 ? "smelt_gemv_fp4_aq" : "smelt_gemv_fp8_aq", 5, rows, 1, 512, smem(K, 1, cpb, 1, fp4),
+        gpu().launch("linear", fp4 ? "smelt_gemv_fp4_aq" : "smelt_gemv_fp8_aq", 5, rows, 1, 512, gemv_aq_smem(K, 1, cpb, 1, fp4),
                      dx, dy, dw, ds, K, N, 32, 0.75f, 1, cpb);
         gpu().launch("linear", fp4 ? "smelt_linear_fp4_aq" : "smelt_linear_fp8_aq", (N + 7) / 8, 1, 1, 256, 0, xu, xs,
                      dr, dw, ds, rows, K, N, 32, 0.75f, 1);
@@ -90,7 +86,7 @@ TEST(CudaDecodeKernels, GemvFp8NanCodesMatchTheWarpPerColumnKernel) {
   DevPtr xu = gpu().alloc(size_t(K) * 4), xs = gpu().alloc(size_t(K) / 32 * 4);
   DevPtr dy = gpu().alloc(size_t(N) * 4), dr = gpu().alloc(size_t(N) * 4);
   gpu().launch("linear", "smelt_act_quant_b32", (K / 32 + 7) / 8, rows, 1, 256, 0, dx, K, K, xu, xs);
-  gpu().launch("linear", "smelt_gemv_fp8_aq", 5, rows, 1, 512, smem(K, 1, cpb, 1, false), dx, dy, dw, ds, K, N, 32,
+  gpu().launch("linear", "smelt_gemv_fp8_aq", 5, rows, 1, 512, gemv_aq_smem(K, 1, cpb, 1, false), dx, dy, dw, ds, K, N, 32,
                1.0f, 0, cpb);
   gpu().launch("linear", "smelt_linear_fp8_aq", (N + 7) / 8, 1, 1, 256, 0, xu, xs, dr, dw, ds, rows, K, N, 32, 1.0f, 0);
   auto y = gpu().get<float>(dy, size_t(N)), r = gpu().get<float>(dr, size_t(N));
@@ -179,7 +175,7 @@ TEST(CudaDecodeKernels, DISABLED_GemvRealShapes) {
     DevPtr ds = gpu().put(e8m0_codes(size_t((N + 31) / 32) * (K / 32), 7)), dy = gpu().alloc(size_t(N) * 4);
     const unsigned grid = unsigned(std::min((N + cpb - 1) / cpb, blocks));
     for (int rep = 0; rep < 2; ++rep)
-      gpu().launch("linear", "smelt_gemv_fp8_aq", grid, 1, 1, 512, smem(K, 1, cpb, 1, false), dx, dy, dw, ds, K, N, 32,
+      gpu().launch("linear", "smelt_gemv_fp8_aq", grid, 1, 1, 512, gemv_aq_smem(K, 1, cpb, 1, false), dx, dy, dw, ds, K, N, 32,
                    1.0f, 0, cpb);
     // The weight-only warp-per-column kernel (wo_a, --numerics fp32 plans) on the same weights.
     gpu().launch("linear", "smelt_linear_fp8", unsigned((N + 7) / 8), 1, 1, 256, 0, dx, dy, dw, ds, 1, K, N, 32, 1.0f, 0);
@@ -213,7 +209,7 @@ TEST(CudaDecodeKernels, MoeDecodeGemvsEqualTheSlotKernels) {
       gpu().launch("moe", ("smelt_moe_up_" + f + "_aq").c_str(), F / 8, topk, 1, 256, 0, xu, xs, D, F, topk, didx, E,
                    rw, ew, 32, limit, rb, h0);
       const int cpb_up = 5;
-      gpu().launch("moe", ("smelt_moe_up_" + f + "_aq_dec").c_str(), 7, 1, 1, 512, smem(D, 1, cpb_up, 2, fp4), dx, D, F,
+      gpu().launch("moe", ("smelt_moe_up_" + f + "_aq_dec").c_str(), 7, 1, 1, 512, gemv_aq_smem(D, 1, cpb_up, 2, fp4), dx, D, F,
                    topk, didx, E, rw, ew, 32, limit, rb, h1, cpb_up);
       auto a = gpu().get<float>(h0, topk * F), b = gpu().get<float>(h1, topk * F);
       expect_bits_equal(b.data(), a.data(), a.size(), what + " up");
@@ -223,7 +219,7 @@ TEST(CudaDecodeKernels, MoeDecodeGemvsEqualTheSlotKernels) {
       gpu().launch("moe", ("smelt_moe_down_" + f + "_aq").c_str(), D / 8, topk, 1, 256, 0, hu, hs, D, F, topk, didx, E,
                    ew, 32, rb, o0);
       const int cpb_down = 6;
-      gpu().launch("moe", ("smelt_moe_down_" + f + "_aq_dec").c_str(), 9, 1, 1, 512, smem(F, topk, cpb_down, 1, fp4), h0,
+      gpu().launch("moe", ("smelt_moe_down_" + f + "_aq_dec").c_str(), 9, 1, 1, 512, gemv_aq_smem(F, topk, cpb_down, 1, fp4), h0,
                    D, F, topk, didx, E, ew, 32, rb, 0, o1, cpb_down);
       a = gpu().get<float>(o0, topk * D), b = gpu().get<float>(o1, topk * D);
       expect_bits_equal(b.data(), a.data(), a.size(), what + " down");

@@ -27,6 +27,7 @@ using smelt::runtime::cuda::ExpertW;
 using smelt::test_cuda::DevPtr;
 using smelt::test_cuda::e8m0_codes;
 using smelt::test_cuda::fp8_codes;
+using smelt::test_cuda::gemv_aq_smem;
 using smelt::test_cuda::gpu;
 using smelt::test_cuda::randn;
 namespace q = smelt::kernels::quant;
@@ -42,13 +43,10 @@ bool has_fp8_mma() {
   if (!has_fp8_mma()) GTEST_SKIP() << "FP8 mma.sync needs sm_89+"
 
 
-// gemv_mma.cuh mma_x_stride / mma_smem_bytes, and gemv_aq.cuh gemv_smem_bytes for the exact kernels.
+// gemv_mma.cuh mma_x_stride / mma_smem_bytes (the exact kernels': harness gemv_aq_smem).
 int x_stride(int K) { return K + ((8 - (K / 4) % 32 + 32) % 32) * 4; }
 unsigned mma_smem(int K, int rows) {  // + the warps' 8 KB weight rings
   return unsigned(rows * x_stride(K) + (K / 32) * 8 * 4 + 8 * 4 * 32 * 4 + 8 * 8192);
-}
-unsigned aq_smem(int K, int rows_staged, int cpb, int terms, bool fp4) {
-  return unsigned(rows_staged * (K * (fp4 ? 4 : 8) + (K / 32) * 4) + 2 * cpb * terms * (K / 32 + 1) * 4);
 }
 
 // |w| of weight (n, k) without its scale, and the scale: FP8 [N, K] blocks blk, FP4 packed [N, K/2] per 32.
@@ -144,7 +142,7 @@ void run_linear(bool fp4, int rows, int K, int N, int S, unsigned grid, int roun
   DevPtr y0 = gpu().alloc(size_t(rows) * N * 4), y1 = gpu().alloc(size_t(rows) * N * 4);
   const std::string f = fp4 ? "fp4" : "fp8";
   // The exact kernel: one grid row per token row; cpb 4 columns per group.
-  gpu().launch("linear", ("smelt_gemv_" + f + "_aq").c_str(), 8, rows, 1, 512, aq_smem(K, 1, 4, 1, fp4), dx, y0, dw, ds,
+  gpu().launch("linear", ("smelt_gemv_" + f + "_aq").c_str(), 8, rows, 1, 512, gemv_aq_smem(K, 1, 4, 1, fp4), dx, y0, dw, ds,
                K, N, 128, scale_after, round, 4);
   gpu().launch("linear", ("smelt_gemv_" + f + "_mma").c_str(), grid, 1, 1, 256, mma_smem(K, rows), dx, y1, dw, ds,
                rows, K, N, 128, scale_after, round, S);
@@ -194,7 +192,7 @@ TEST(CudaMmaKernels, GemvFp8NanCodesCountAsZero) {
   const auto A = abs_mass(x, rows, W);
   DevPtr dx = gpu().put(x), dw = gpu().put(W.w), ds = gpu().put(W.s);
   DevPtr y0 = gpu().alloc(size_t(rows) * N * 4), y1 = gpu().alloc(size_t(rows) * N * 4);
-  gpu().launch("linear", "smelt_gemv_fp8_aq", 4, rows, 1, 512, aq_smem(K, 1, 4, 1, false), dx, y0, dw, ds, K, N, 128,
+  gpu().launch("linear", "smelt_gemv_fp8_aq", 4, rows, 1, 512, gemv_aq_smem(K, 1, 4, 1, false), dx, y0, dw, ds, K, N, 128,
                1.f, 0, 4);
   gpu().launch("linear", "smelt_gemv_fp8_mma", 2, 1, 1, 256, mma_smem(K, rows), dx, y1, dw, ds, rows, K, N, 128, 1.f,
                0, 2);
@@ -231,7 +229,7 @@ void run_moe(bool fp4, int E, int D, int F, const std::vector<int32_t>& idx, boo
   const std::string f = fp4 ? "fp4" : "fp8";
   const std::string what = f + " D " + std::to_string(D) + " F " + std::to_string(F) + (model ? " model" : " plain");
   DevPtr h0 = gpu().alloc(size_t(topk) * F * 4), h1 = gpu().alloc(size_t(topk) * F * 4);
-  gpu().launch("moe", ("smelt_moe_up_" + f + "_aq_dec").c_str(), 16, 1, 1, 512, aq_smem(D, 1, 4, 2, fp4), dx, D, F,
+  gpu().launch("moe", ("smelt_moe_up_" + f + "_aq_dec").c_str(), 16, 1, 1, 512, gemv_aq_smem(D, 1, 4, 2, fp4), dx, D, F,
                topk, didx, E, rw, ew, 128, limit, rb, h0, 4);
   const int64_t tiles_up = int64_t(topk) * ((F + 15) / 16);
   const int s_up = ksplit(tiles_up, D / 32, 264);
@@ -262,7 +260,7 @@ void run_moe(bool fp4, int E, int D, int F, const std::vector<int32_t>& idx, boo
   }
   // down from the same h (the exact kernel's).
   DevPtr o0 = gpu().alloc(size_t(topk) * D * 4), o1 = gpu().alloc(size_t(topk) * D * 4);
-  gpu().launch("moe", ("smelt_moe_down_" + f + "_aq_dec").c_str(), 16, 1, 1, 512, aq_smem(F, topk, 4, 1, fp4), h0, D, F,
+  gpu().launch("moe", ("smelt_moe_down_" + f + "_aq_dec").c_str(), 16, 1, 1, 512, gemv_aq_smem(F, topk, 4, 1, fp4), h0, D, F,
                topk, didx, E, ew, 128, rb, 0, o0, 4);
   const int64_t tiles_down = int64_t(topk) * ((D + 15) / 16);
   gpu().launch("moe", ("smelt_moe_down_" + f + "_mma").c_str(), grid, 1, 1, 256, mma_smem(F, topk), h0, D, F, topk, didx,

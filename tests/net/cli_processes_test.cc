@@ -44,14 +44,7 @@ Result run(const std::string& args) {
 
 // A TP 2 plan of the runtime tests' MLP, written to `path`.
 void write_tp2(const std::string& path, const std::string& model_dir) {
-  std::vector<std::unique_ptr<testing::PlanBuilder>> builders;
-  std::vector<testing::RankArg> ranks;
-  for (int t = 0; t < 2; ++t) {
-    builders.push_back(std::make_unique<testing::PlanBuilder>());
-    testing::Mlp::rank(*builders.back(), 2, 1, 0, t, {0, 4, 10}, {0, 5, 11});
-    ranks.push_back({builders.back().get()});
-  }
-  testing::PlanBuilder::write_bytes(path, testing::partitioned_file(ranks, 2, 1, model_dir));
+  testing::MlpSplit(2, 1, {0, 4, 10}, {0, 5, 11}).write(path, model_dir);
 }
 
 void expect_error(const Result& r, const std::string& want) {
@@ -116,15 +109,7 @@ TEST(CliProcesses, PlanFingerprint) {
 
 // A TP 2 x PP 2 plan (4 ranks).
 void write_tp2_pp2(const std::string& path, const std::string& model_dir) {
-  std::vector<std::unique_ptr<testing::PlanBuilder>> builders;
-  std::vector<testing::RankArg> ranks;
-  for (int stage = 0; stage < 2; ++stage)
-    for (int t = 0; t < 2; ++t) {
-      builders.push_back(std::make_unique<testing::PlanBuilder>());
-      testing::Mlp::rank(*builders.back(), 2, 2, stage, t, {0, 4, 10}, {0, 5, 11});
-      ranks.push_back({builders.back().get()});
-    }
-  testing::PlanBuilder::write_bytes(path, testing::partitioned_file(ranks, 2, 2, model_dir));
+  testing::MlpSplit(2, 2, {0, 4, 10}, {0, 5, 11}).write(path, model_dir);
 }
 
 int free_port() { return smelt::test_process::free_loopback_port(); }

@@ -219,16 +219,8 @@ TEST_F(Cli, InspectAndBench) {
 // one-line error.
 TEST(CliRanks, PartitionedPlan) {
   TempDir dir;
-  std::vector<std::unique_ptr<testing::PlanBuilder>> builders;
-  std::vector<testing::RankArg> ranks;
-  for (int s = 0; s < 2; ++s)
-    for (int t = 0; t < 2; ++t) {
-      builders.push_back(std::make_unique<testing::PlanBuilder>());
-      testing::Mlp::rank(*builders.back(), 2, 2, s, t, {0, 4, 10}, {0, 5, 11});
-      ranks.push_back({builders.back().get()});
-    }
   std::string plan = dir.str("part.smelt");
-  testing::PlanBuilder::write_bytes(plan, testing::partitioned_file(ranks, 2, 2, dir.str()));
+  testing::MlpSplit(2, 2, {0, 4, 10}, {0, 5, 11}).write(plan, dir.str());
 
   Result j = run("inspect " + plan + " --format json");
   ASSERT_EQ(j.code, 0) << j.err;

@@ -17,19 +17,7 @@ using testing::PlanBuilder;
 using testing::RankArg;
 using testing::TempDir;
 
-// Builds the ranks of a tp x pp split (cuts: tp+1 boundaries of F and of V) and returns the plan file.
-struct Split {
-  std::vector<std::unique_ptr<PlanBuilder>> builders;
-  std::vector<RankArg> ranks;
-  Split(int tp, int pp, const std::vector<int>& f_cuts, const std::vector<int>& v_cuts) {
-    for (int s = 0; s < pp; ++s)
-      for (int t = 0; t < tp; ++t) {
-        builders.push_back(std::make_unique<PlanBuilder>());
-        Mlp::rank(*builders.back(), tp, pp, s, t, f_cuts, v_cuts);
-        ranks.push_back({builders.back().get()});
-      }
-  }
-};
+using Split = testing::MlpSplit;
 
 std::string load_error(const std::vector<uint8_t>& file) {
   try {

@@ -4,6 +4,8 @@
 // (rows(...) / cols(...)), exactly like a compiler-partitioned plan would.
 #pragma once
 #include <cmath>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "tests/runtime/plan_builder.h"
@@ -91,6 +93,25 @@ struct Mlp {
     for (int v = 0; v < V; ++v)
       for (int d = 0; d < D; ++d) out[v] += H[v * D + d] * z[d];
     return out;
+  }
+};
+
+// The ranks of a tp x pp split of Mlp (cuts: tp+1 boundaries of F and of V), in rank order.
+struct MlpSplit {
+  int tp, pp;
+  std::vector<std::unique_ptr<PlanBuilder>> builders;
+  std::vector<RankArg> ranks;
+  MlpSplit(int tp_, int pp_, const std::vector<int>& f_cuts, const std::vector<int>& v_cuts) : tp(tp_), pp(pp_) {
+    for (int s = 0; s < pp; ++s)
+      for (int t = 0; t < tp; ++t) {
+        builders.push_back(std::make_unique<PlanBuilder>());
+        Mlp::rank(*builders.back(), tp, pp, s, t, f_cuts, v_cuts);
+        ranks.push_back({builders.back().get()});
+      }
+  }
+  // The partitioned plan file, its checkpoint in model_dir.
+  void write(const std::string& path, const std::string& model_dir) const {
+    PlanBuilder::write_bytes(path, partitioned_file(ranks, tp, pp, model_dir));
   }
 };
 

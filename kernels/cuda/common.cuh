@@ -127,6 +127,8 @@ __device__ __forceinline__ float e4m3_round(float x) { return e4m3_decode(e4m3_e
 // for 0x7F; __vcmpeq4 is emulated by several instructions on sm_80+.)
 __device__ __forceinline__ u32 e4m3x4_nan_bits(u32 v) { return ((v & 0x7F7F7F7Fu) + 0x01010101u) & 0x80808080u; }
 __device__ __forceinline__ bool e4m3x4_has_nan(u32 v) { return e4m3x4_nan_bits(v) != 0; }
+// v with its E4M3 NaN code bytes set to 0 (e4m3_units' value for them).
+__device__ __forceinline__ u32 e4m3x4_nan_to_zero(u32 v) { return v & ~((e4m3x4_nan_bits(v) >> 7) * 0xFFu); }
 
 // log2 of an FP8 weight block edge: the launchers pass powers of two only (runtime fp8_weight_block: 32 .. 4096),
 // so scale indices are shifts, not integer divisions (~20 instructions each).
@@ -161,10 +163,10 @@ __device__ __forceinline__ double e4m3_units_d(u32 v) {
 
 // ---- E8M0 --------------------------------------------------------------------------------------------------
 
+// By selects, no branches: it sits in the GEMVs' per-block loops.
 __device__ __forceinline__ float e8m0_decode(u8 e) {
-  if (e == 255) return __uint_as_float(0x7fc00000u);
-  if (e == 0) return __uint_as_float(0x00400000u);  // 2^-127, subnormal
-  return __uint_as_float(u32(e) << 23);
+  const float n = __uint_as_float(u32(e) << 23);
+  return e == 0 ? __uint_as_float(0x00400000u) : (e == 255 ? __uint_as_float(0x7fc00000u) : n);  // 2^-127 / NaN
 }
 
 // ---- E2M1 --------------------------------------------------------------------------------------------------

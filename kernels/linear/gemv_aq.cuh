@@ -45,6 +45,20 @@ __device__ __forceinline__ int staged_pos(const double*, int b, int lane) {
   return b * 32 + ((((lane >> 1) + b) & 15) << 1) + (lane & 1);
 }
 
+// The act quant's block scale s = 2^ceil(log2(max(amax, 1e-4) / 448)) (kernels/quant) and 1 / s. s is a power of
+// two: v * (1 / s) is the correctly rounded v / s (one real number, one rounding), so the IEEE division (a
+// ~20-instruction subroutine, on every element of every block's staging) becomes a multiply wherever 1 / s is a
+// normal float (pow2); the division stays for the rest (inf / NaN activations).
+struct ActScale {
+  float s, inv;
+  bool pow2;
+};
+__device__ __forceinline__ ActScale act_scale(float amax) {
+  const float s = pow2_scale(amax > 1e-4f ? amax : 1e-4f, 1.f / 448.f);
+  const u32 ef = (__float_as_uint(s) >> 23) & 0xFFu;
+  return {s, __uint_as_float((254u - ef) << 23), (__float_as_uint(s) & 0x807FFFFFu) == 0 && ef >= 2 && ef <= 252};
+}
+
 template <typename XT>
 __device__ __forceinline__ void gemv_stage_quant(const float* x, int K, XT* xq, float* xsc) {
   constexpr int kAhead = 8;
@@ -62,15 +76,10 @@ __device__ __forceinline__ void gemv_stage_quant(const float* x, int K, XT* xq, 
       if (b < nb) {
         float amax = fabsf(v[j]);
         for (int o = 16; o >= 1; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        const float s = pow2_scale(amax > 1e-4f ? amax : 1e-4f, 1.f / 448.f);
-        // s is a power of two: v * (1 / s) is the correctly rounded v / s (one real number, one rounding), so the
-        // IEEE division (a ~20-instruction subroutine, on every element of every block's staging) becomes a
-        // multiply wherever 1 / s is a normal float; the division stays for the rest (inf / NaN activations).
-        const u32 ef = (__float_as_uint(s) >> 23) & 0xFFu;
-        const bool pow2 = (__float_as_uint(s) & 0x807FFFFFu) == 0 && ef >= 2 && ef <= 252;
-        const float q = pow2 ? __fmul_rn(v[j], __uint_as_float((254u - ef) << 23)) : __fdiv_rn(v[j], s);
+        const ActScale a = act_scale(amax);
+        const float q = a.pow2 ? __fmul_rn(v[j], a.inv) : __fdiv_rn(v[j], a.s);
         xq[staged_pos(xq, b, lane)] = XT(e4m3_units(e4m3_encode(clampf(q, -448.f, 448.f))));
-        if (lane == 0) xsc[b] = s;
+        if (lane == 0) xsc[b] = a.s;
       }
     }
   }
@@ -84,14 +93,19 @@ __device__ __forceinline__ u32 prmt(u32 a, u32 b, u32 sel) {
   return r;
 }
 
-// Four E2M1 nibbles (the low 16 bits of h) -> their values in units of 0.5 as four signed bytes (e2m1_units):
-// magnitudes {0,1,2,3,4,6,8,12} and their negatives looked up by byte permute, then each byte taken from the
-// positive or the negative word by its nibble's sign bit.
-__device__ __forceinline__ u32 e2m1_units4(u32 h) {
+// Four E2M1 nibbles (the low 16 bits of h) -> four bytes from 16-entry tables: the nibble's magnitude (3 bits)
+// looked up by byte permute in the positive table (pos_lo | pos_hi) and the negative one, then each byte taken
+// from the positive or the negative word by its nibble's sign bit.
+__device__ __forceinline__ u32 e2m1x4_lookup(u32 h, u32 pos_lo, u32 pos_hi, u32 neg_lo, u32 neg_hi) {
   const u32 mag = h & 0x7777u;
-  const u32 pos = prmt(0x03020100u, 0x0C080604u, mag);
-  const u32 neg = prmt(0xFDFEFF00u, 0xF4F8FAFCu, mag);  // 0, -1, -2, -3 | -4, -6, -8, -12 as int8
+  const u32 pos = prmt(pos_lo, pos_hi, mag);
+  const u32 neg = prmt(neg_lo, neg_hi, mag);
   return prmt(pos, neg, 0x3210u | ((h & 0x8888u) >> 1));
+}
+
+// ... their values in units of 0.5 as four signed bytes (e2m1_units): {0,1,2,3,4,6,8,12} and the negatives.
+__device__ __forceinline__ u32 e2m1_units4(u32 h) {
+  return e2m1x4_lookup(h, 0x03020100u, 0x0C080604u, 0xFDFEFF00u, 0xF4F8FAFCu);  // 0, -1, -2, -3 | -4, -6, -8, -12
 }
 // Signed byte j of w as an int (prmt sign replication).
 template <int J>

@@ -37,14 +37,6 @@ __host__ __device__ constexpr int mma_smem_bytes(int K, int rows_staged) {
   return mma_ring_offset(K, rows_staged) + kMmaWarps * 8192;
 }
 
-// Bytes of v that are E4M3 NaN codes set to 0 (e4m3_units' value for them).
-__device__ __forceinline__ u32 e4m3x4_nan_to_zero(u32 v) { return v & ~((e4m3x4_nan_bits(v) >> 7) * 0xFFu); }
-
-// e8m0_decode by selects (no branches in the block loop).
-__device__ __forceinline__ float e8m0_sel(u32 e) {
-  const float n = __uint_as_float(e << 23);
-  return e == 0u ? __uint_as_float(0x00400000u) : (e == 255u ? __uint_as_float(0x7fc00000u) : n);
-}
 
 // E4M3 code of x: round to nearest even, saturating to +-448 (sm_89+: the kernels trap below).
 __device__ __forceinline__ u8 e4m3_cvt(float x) {
@@ -83,16 +75,13 @@ __device__ __forceinline__ void mma_stage_quant(const float* x, int rows, int K,
     float amax = fabsf(v[0]);
 #pragma unroll
     for (int i = 1; i < 32; ++i) amax = fmaxf(amax, fabsf(v[i]));
-    const float s = pow2_scale(amax > 1e-4f ? amax : 1e-4f, 1.f / 448.f);
-    const u32 ef = (__float_as_uint(s) >> 23) & 0xFFu;  // 1 / s exact where it is a normal float
-    const bool pow2 = (__float_as_uint(s) & 0x807FFFFFu) == 0 && ef >= 2 && ef <= 252;
-    const float inv = __uint_as_float((254u - ef) << 23);
-    if (pow2) {
+    const ActScale a = act_scale(amax);
+    if (a.pow2) {
 #pragma unroll
-      for (int i = 0; i < 32; ++i) v[i] = __fmul_rn(v[i], inv);
+      for (int i = 0; i < 32; ++i) v[i] = __fmul_rn(v[i], a.inv);
     } else {
 #pragma unroll
-      for (int i = 0; i < 32; ++i) v[i] = __fdiv_rn(v[i], s);
+      for (int i = 0; i < 32; ++i) v[i] = __fdiv_rn(v[i], a.s);
     }
     u32 w[8];
 #pragma unroll
@@ -107,7 +96,7 @@ __device__ __forceinline__ void mma_stage_quant(const float* x, int rows, int K,
     uint4* dst = reinterpret_cast<uint4*>(xq + r * stride + b * 32);
     dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
     dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
-    xsc[b * 8 + r] = s;
+    xsc[b * 8 + r] = a.s;
   }
   __syncthreads();
 }
@@ -127,12 +116,9 @@ __device__ __forceinline__ void mma_e4m3(float* d, u32 a0, u32 a1, u32 a2, u32 a
 
 
 // Four E2M1 nibbles (low 16 bits of h) -> the E4M3 bytes of the same values: magnitudes {0,.5,1,1.5,2,3,4,6} are
-// E4M3 {0x00,0x30,0x38,0x3C,0x40,0x44,0x48,0x4C} (byte-permute lookup), the sign picks the 0x80 | variant.
+// E4M3 {0x00,0x30,0x38,0x3C,0x40,0x44,0x48,0x4C}, the negatives the 0x80 | variants.
 __device__ __forceinline__ u32 e2m1x4_to_e4m3(u32 h) {
-  const u32 mag = h & 0x7777u;
-  const u32 pos = prmt(0x3C383000u, 0x4C484440u, mag);
-  const u32 neg = prmt(0xBCB8B080u, 0xCCC8C4C0u, mag);
-  return prmt(pos, neg, 0x3210u | ((h & 0x8888u) >> 1));
+  return e2m1x4_lookup(h, 0x3C383000u, 0x4C484440u, 0xBCB8B080u, 0xCCC8C4C0u);
 }
 
 // cp.async (sm_80+): 16 bytes global -> shared without registers; src_bytes 0 writes zeros.
@@ -209,7 +195,8 @@ struct MmaSegment {
         // Lanes 16..31 copy the second matrix (NW = 2); a static index keeps src[] in registers.
         const bool hi = NW == 2 && lane >= 16;
         const u8* sp = hi ? src[NW - 1] : src[0];
-        if (NW == 2 || lane < 16) cp_async16(ring + j * SB + (hi ? 256 : 0) + (lane & 15) * 16, sp + i64(b) * 16, src_bytes);
+        if (NW == 2 || lane < 16)
+          cp_async16(ring + j * SB + (hi ? 256 : 0) + (lane & 15) * 16, sp + i64(b) * 16, src_bytes);
       } else {
 #pragma unroll
         for (int m = 0; m < NW; ++m)
@@ -218,7 +205,8 @@ struct MmaSegment {
       u32 s = 0;
 #pragma unroll
       for (int m = 0; m < NW; ++m) {
-        const u32 v = FP4 ? (u32(__ldg(sA[m] + b)) | (u32(__ldg(sB[m] + b)) << 8)) : u32(__ldg(sA[m] + ((b * 32) >> sh)));
+        const u32 v =
+            FP4 ? (u32(__ldg(sA[m] + b)) | (u32(__ldg(sB[m] + b)) << 8)) : u32(__ldg(sA[m] + ((b * 32) >> sh)));
         s |= v << (16 * m);
       }
       sc[j] = s;
@@ -246,12 +234,14 @@ struct MmaSegment {
       u32 a0, a1, a2, a3;
       if (FP4) {
         const u8* st = ring + j * SB + m * 256 + tig * 4;
-        const u32 ha = *reinterpret_cast<const u32*>(st + g * 16), hb = *reinterpret_cast<const u32*>(st + (g + 8) * 16);
+        const u32 ha = *reinterpret_cast<const u32*>(st + g * 16);
+        const u32 hb = *reinterpret_cast<const u32*>(st + (g + 8) * 16);
         a0 = e2m1x4_to_e4m3(ha), a2 = e2m1x4_to_e4m3(ha >> 16);
         a1 = e2m1x4_to_e4m3(hb), a3 = e2m1x4_to_e4m3(hb >> 16);
       } else {
         const u8* st = ring + j * SB + m * 512 + tig * 8;
-        const uint2 ra = *reinterpret_cast<const uint2*>(st + g * 32), rb = *reinterpret_cast<const uint2*>(st + (g + 8) * 32);
+        const uint2 ra = *reinterpret_cast<const uint2*>(st + g * 32);
+        const uint2 rb = *reinterpret_cast<const uint2*>(st + (g + 8) * 32);
         a0 = ra.x, a2 = ra.y, a1 = rb.x, a3 = rb.y;
         if (NZ) {
           a0 = e4m3x4_nan_to_zero(a0), a2 = e4m3x4_nan_to_zero(a2);
@@ -261,7 +251,7 @@ struct MmaSegment {
       float c[4];
       mma_e4m3(c, a0, a1, a2, a3, xv.x, xv.y);
       const u32 sm = sc[j] >> (16 * m);
-      const float wa = e8m0_sel(sm & 0xFFu), wb = FP4 ? e8m0_sel((sm >> 8) & 0xFFu) : wa;
+      const float wa = e8m0_decode(u8(sm)), wb = FP4 ? e8m0_decode(u8(sm >> 8)) : wa;
       if (NC == 2) {
         acc[m][0] = __fadd_rn(acc[m][0], __fmul_rn(__fmul_rn(c[0], xs0), wa));
         acc[m][1] = __fadd_rn(acc[m][1], __fmul_rn(__fmul_rn(c[1], xs1), wa));

@@ -197,14 +197,14 @@ void CudaSession::run_ranks(const std::function<void(size_t)>& work) {
 }
 
 std::vector<float> CudaSession::prefill(std::span<const int32_t> ids, int chunk) {
-  std::vector<float> logits(ids.size() * size_t(vocab()));
-  run_chunks(ids, chunk, logits.data());
+  std::vector<float> logits;
+  run_chunks(ids, chunk, &logits);
   return logits;
 }
 
 void CudaSession::advance(std::span<const int32_t> ids, int chunk) { run_chunks(ids, chunk, nullptr); }
 
-void CudaSession::run_chunks(std::span<const int32_t> ids, int chunk, float* logits) {
+void CudaSession::run_chunks(std::span<const int32_t> ids, int chunk, std::vector<float>* logits) {
   const Plan& plan = *plan_;
   if (chunk < 0) plan.fail("chunk size " + std::to_string(chunk) + " is negative");
   int64_t step = chunk == 0 ? plan.max_rows() : std::min<int64_t>(chunk, plan.max_rows());
@@ -212,11 +212,12 @@ void CudaSession::run_chunks(std::span<const int32_t> ids, int chunk, float* log
   if (position_ + n > plan.max_seq_len())
     plan.fail("the sequence would reach " + std::to_string(position_ + n) + " tokens but the plan was compiled " +
               "for max_seq_len " + std::to_string(plan.max_seq_len()));
+  if (logits) logits->assign(size_t(n * v), 0.f);  // after the checks: n x vocab floats can be large
   for (int64_t start = 0; start < n; start += step) {
     int rows = int(std::min(step, n - start));
     // Every rank gets the chunk's ids (docs/ops.md "Collectives").
     run_ranks([&](size_t r) { backends_[r]->run(ids.data() + start, position_, rows); });
-    if (logits) take_logits(logits + start * v, rows);
+    if (logits) take_logits(logits->data() + start * v, rows);
     else if (several_processes()) take_logits(nullptr, rows);  // the broadcast, without the host copy
     position_ += rows;
   }

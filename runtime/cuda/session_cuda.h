@@ -73,8 +73,8 @@ class CudaSession {
   void run_ranks(const std::function<void(size_t)>& work);
   // After a chunk: the output rank's rows x vocab logits into `out` (broadcast between processes when several).
   void take_logits(float* out, int rows);  // out == nullptr: only the broadcast
-  // prefill / advance: the chunks, with their logits into `logits` ([n, vocab]) unless it is nullptr.
-  void run_chunks(std::span<const int32_t> ids, int chunk, float* logits);
+  // prefill / advance: the chunks, with their logits into `logits` (resized to [n, vocab]) unless it is nullptr.
+  void run_chunks(std::span<const int32_t> ids, int chunk, std::vector<float>* logits);
   void release_broadcast() noexcept;
 
   std::unique_ptr<Plan> plan_;  // stable address: the backends keep references into it

@@ -130,8 +130,8 @@ struct GenerateArgs : BackendArgs {
 template <typename S>
 int generate_on(const GenerateArgs& a, std::unique_ptr<S> session);
 
-// The next token from the last logits row: on the GPU when the cuda plan has the sampling kernels (the same token
-// as the host Sampler, kernels/sampling/reference.h; $SMELT_HOST_SAMPLING=1 forces the host), else on `row`.
+// Whether the next token is sampled on the GPU: a cuda plan with the sampling kernels (the same token as the host
+// Sampler, kernels/sampling/reference.h; $SMELT_HOST_SAMPLING=1 forces the host).
 template <typename S>
 bool samples_on_device(S& session) {
   if constexpr (std::is_same_v<S, CudaSession>) {
@@ -158,6 +158,7 @@ std::vector<float> feed(S& session, std::span<const int32_t> ids, int chunk, boo
   return session.prefill(ids, chunk);
 }
 
+// The next token: on the GPU from the logits it holds, else from `row` (the last logits row) on the host.
 template <typename S>
 int32_t sample_next(S& session, smelt::runtime::Sampler& sampler, std::span<const float> row, bool on_device) {
   if constexpr (std::is_same_v<S, CudaSession>) {

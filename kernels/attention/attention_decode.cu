@@ -2,12 +2,12 @@
 // for bit. That kernel walks a (row, head)'s list in tiles of 64 with an online softmax: tile t's probabilities
 // are exp(score - m_t) where m_t = max(m_{t-1}, tile max) is the running max, then denominator and P.V are
 // rescaled and added in tile order. m_t is a prefix max of the tile maxima, so the work splits exactly:
-//   smelt_attn_dec_scores  grid (tiles, heads / 8), block 256: every slot's score (the same per-lane chains and
-//                          warp trees) and each tile's max;
-//   smelt_attn_dec_tiles   grid (tiles, heads / 8, hd / 256), block 256: m_t from the tile maxima in tile order,
+//   smelt_attn_dec_scores  grid (tiles * 64 / spb, heads / 8), block 256: every slot's score (the same per-lane
+//                          chains and warp trees), spb slots a block; with spb = 64 also each tile's max;
+//   smelt_attn_dec_tiles   grid (tiles, heads / hpb, hd / 256), block 256: m_t from the tile maxima in tile order,
 //                          the tile's probabilities, their sum and its P.V, as the one-block kernel computes them;
-//   smelt_attn_dec_merge   grid (heads): the denominators and P.V folded in tile order with the same rescales,
-//                          the sink, the output.
+//   smelt_attn_dec_merge   grid (heads, hd / 128): the denominators and P.V folded in tile order with the same
+//                          rescales, the sink, the output.
 // With one (row, head) block per head and up to window + top-k (or thousands of compressed) entries, the single
 // kernel leaves most multiprocessors idle; here tiles x heads blocks share the work. All heads read the one shared
 // K=V head, so a block serves 8 heads: each K=V row is read once per 8 heads, not once per head. This file follows
@@ -72,54 +72,85 @@ __device__ __forceinline__ T dec_dots(const float* qs, const float* kr, int hd, 
   return warp_sum8(d);
 }
 
-// Channel d of the tile's P.V for nh heads: the one-block kernel's chain over the tile's slots, empty ones skipped.
-template <typename T>
+// Channel d of the tile's P.V for nh <= NH heads: the one-block kernel's chain over the tile's slots, empty ones
+// skipped. The tile's K=V values of channel d are all loaded first, so their loads are in flight together.
+template <typename T, int NH>
 __device__ __forceinline__ void dec_pv(const float (*pr)[kDecHeads], const float* const* ptr, int nb, int d, int nh,
                                        float* out, i64 head_stride) {
-  T v[kDecHeads];
+  float x[kTile];
 #pragma unroll
-  for (int g = 0; g < kDecHeads; ++g) v[g] = T(0);
-#pragma unroll 4
-  for (int t = 0; t < nb; ++t) {
-    const float* r = ptr[t];
-    if (r) {
-      const float x = r[d];
+  for (int t = 0; t < kTile; ++t) {
+    const float* r = t < nb ? ptr[t] : nullptr;
+    x[t] = r ? r[d] : 0.f;
+  }
+  T v[NH];
+#pragma unroll
+  for (int g = 0; g < NH; ++g) v[g] = T(0);
+#pragma unroll
+  for (int t = 0; t < kTile; ++t) {
+    if (t < nb && ptr[t]) {
+      float pp[kDecHeads];
       const float4 pa = *reinterpret_cast<const float4*>(&pr[t][0]);
-      const float4 pb = *reinterpret_cast<const float4*>(&pr[t][4]);
-      const float pp[kDecHeads] = {pa.x, pa.y, pa.z, pa.w, pb.x, pb.y, pb.z, pb.w};
+      pp[0] = pa.x, pp[1] = pa.y, pp[2] = pa.z, pp[3] = pa.w;
+      if (NH > 4) {
+        const float4 pb = *reinterpret_cast<const float4*>(&pr[t][4]);
+        pp[4] = pb.x, pp[5] = pb.y, pp[6] = pb.z, pp[7] = pb.w;
+      }
 #pragma unroll
-      for (int g = 0; g < kDecHeads; ++g) v[g] = dec_mac(pp[g], x, v[g]);
+      for (int g = 0; g < NH; ++g) v[g] = dec_mac(pp[g], x[t], v[g]);
     }
   }
 #pragma unroll
-  for (int g = 0; g < kDecHeads; ++g)
+  for (int g = 0; g < NH; ++g)
     if (g < nh) out[g * head_stride + d] = float(v[g]);
+}
+
+template <typename T>
+__device__ __forceinline__ void dec_pv_heads(int hpb, const float (*pr)[kDecHeads], const float* const* ptr, int nb,
+                                             int d, int nh, float* out, i64 head_stride) {
+  if (hpb == 1) dec_pv<T, 1>(pr, ptr, nb, d, nh, out, head_stride);
+  else if (hpb == 2) dec_pv<T, 2>(pr, ptr, nb, d, nh, out, head_stride);
+  else if (hpb == 4) dec_pv<T, 4>(pr, ptr, nb, d, nh, out, head_stride);
+  else dec_pv<T, 8>(pr, ptr, nb, d, nh, out, head_stride);
+}
+
+// Tile t's max of the scores in slot order (the single kernel's blk_max fold), from sc of head h.
+__device__ __forceinline__ float dec_tile_max(const float* sc_h, int t, int L) {
+  const int s0 = t * kTile, nb = L - s0 < kTile ? L - s0 : kTile;
+  float m = -__int_as_float(0x7f800000);
+#pragma unroll 16
+  for (int s = 0; s < nb; ++s) m = fmaxf(m, sc_h[s0 + s]);
+  return m;
 }
 
 }  // namespace
 
-// Block: kDecHeads heads x one tile, 256 threads (8 warps, 8 slots each). A warp loads a slot's K=V row once (lane
-// holds c = lane, lane + 32, ...) and forms the kDecHeads dots from q in shared memory, each with the one-block
-// kernel's per-lane chain over c and its butterfly tree (warp_sum8), so every score has its bits.
-extern "C" __global__ void smelt_attn_dec_scores(AttnArgs a, const StepInfo* step, int H, int Lmax, int tiles,
+// Block: kDecHeads heads x a part of spb slots (8, 16, 32 or 64) of one tile, 256 threads (8 warps, spb / 8 slots
+// each): grid (tiles * 64 / spb, heads / 8). A warp loads a slot's K=V row once (lane holds c = lane, lane + 32,
+// ...) and forms the kDecHeads dots from q in shared memory, each with the one-block kernel's per-lane chain over c
+// and its butterfly tree (warp_sum8), so every score has its bits. Small parts spread a short list (window-only
+// layers: 2 tiles) over many multiprocessors; with spb = 64 the block also writes the tile's max (tmax), else
+// tmax is unused and smelt_attn_dec_tiles folds the tile maxima from sc itself.
+extern "C" __global__ void smelt_attn_dec_scores(AttnArgs a, const StepInfo* step, int H, int Lmax, int tiles, int spb,
                                                  float* sc, float* tmax) {
   SMELT_KERNEL_PROLOGUE();
   __shared__ float qs[kDecHeads * kMaxHd];
   __shared__ float ts[kDecHeads][kTile];
-  const int t0 = blockIdx.x, h0 = blockIdx.y * kDecHeads, hd = a.hd;
+  const int parts = kTile / spb;
+  const int t0 = blockIdx.x / parts, h0 = blockIdx.y * kDecHeads, hd = a.hd;
   const int nh = H - h0 < kDecHeads ? H - h0 : kDecHeads;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const i64 p0 = step->p0, p = p0;
   const DecList dl = dec_list(a, p0);
-  const int s0 = t0 * kTile;
+  const int s0 = t0 * kTile + (blockIdx.x % parts) * spb;
   if (s0 >= dl.L) return;
-  const int nb = dl.L - s0 < kTile ? dl.L - s0 : kTile;
+  const int nb = dl.L - s0 < spb ? dl.L - s0 : spb;
   for (int k = tid; k < kDecHeads * hd; k += kDecThreads) {
     const int g = k / hd;
     qs[k] = g < nh ? a.q[i64(h0) * hd + k] : 0.f;
   }
   __syncthreads();
-  constexpr int kPer = kTile / (kDecThreads / 32);
+  const int kPer = spb / (kDecThreads / 32);
   // Software pipeline: the next slot's row is loaded while this one's dots are formed.
   float kr[kMaxHd / 32], kn[kMaxHd / 32];
   const float* kv = warp < nb ? slot(a, 0, p0, p, s0 + warp, dl.Lw, 1) : nullptr;
@@ -134,48 +165,57 @@ extern "C" __global__ void smelt_attn_dec_scores(AttnArgs a, const StepInfo* ste
       if (a.v41) s = __fmul_rn(float(dec_dots<double>(qs, kr, hd, lane)), a.scale);
       else s = __fmul_rn(dec_dots<float>(qs, kr, hd, lane), a.scale);
     }
-    if ((lane & 3) == 0 && t < kTile) ts[lane >> 2][t] = s;  // head (lane >> 2)'s sum sits in lanes 4g .. 4g+3
+    if ((lane & 3) == 0) ts[lane >> 2][t] = s;  // head (lane >> 2)'s sum sits in lanes 4g .. 4g+3
     kv = kvn;
 #pragma unroll
     for (int i = 0; i < kMaxHd / 32; ++i) kr[i] = kn[i];
   }
   __syncthreads();
-  for (int k = tid; k < nh * kTile; k += kDecThreads) {
-    const int g = k / kTile, t = k % kTile;
+  for (int k = tid; k < nh * spb; k += kDecThreads) {
+    const int g = k / spb, t = k % spb;
     if (t < nb) sc[i64(h0 + g) * Lmax + s0 + t] = ts[g][t];
   }
-  if (tid < nh) {
+  if (spb == kTile && tid < nh) {
     float m = -__int_as_float(0x7f800000);
     for (int t = 0; t < nb; ++t) m = fmaxf(m, ts[tid][t]);  // the single kernel's blk_max order
     tmax[i64(h0 + tid) * tiles + t0] = m;
   }
 }
 
-// Block: kDecHeads heads x one tile x 256 channels (grid.z covers hd), a thread per channel: each K=V value is
-// loaded once for the block's heads; every (head, channel) sums over the tile's slots in slot order as before.
-extern "C" __global__ void smelt_attn_dec_tiles(AttnArgs a, const StepInfo* step, int H, int Lmax, int tiles,
+// Block: hpb heads (1, 2, 4 or 8) x one tile x 256 channels (grid (tiles, ceil(heads / hpb), hd / 256)), a thread
+// per channel: each K=V value is loaded once for the block's heads, all the tile's values up front (64 loads in
+// flight instead of a few); every (head, channel) sums over the tile's slots in slot order as before. Fewer heads
+// a block give short lists (2 tiles) enough blocks. tmax: the scores kernel's tile maxima, or nullptr: folded here
+// from sc (a lane per earlier tile, each in slot order; then in tile order as before).
+extern "C" __global__ void smelt_attn_dec_tiles(AttnArgs a, const StepInfo* step, int H, int Lmax, int tiles, int hpb,
                                                 const float* sc, const float* tmax, float* psum_out, float* nmax_out,
                                                 float* pv_out) {
   SMELT_KERNEL_PROLOGUE();
   __shared__ __align__(16) float pr[kTile][kDecHeads];  // [slot][head]: one slot's probabilities in two float4
   __shared__ const float* ptr[kTile];
   __shared__ float nmax_s[kDecHeads];
-  const int t0 = blockIdx.x, h0 = blockIdx.y * kDecHeads, hd = a.hd;
-  const int nh = H - h0 < kDecHeads ? H - h0 : kDecHeads;
-  const int tid = threadIdx.x;
+  const int t0 = blockIdx.x, h0 = blockIdx.y * hpb, hd = a.hd;
+  const int nh = H - h0 < hpb ? H - h0 : hpb;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const i64 p0 = step->p0, p = p0;
   const DecList dl = dec_list(a, p0);
   const int s0 = t0 * kTile;
   if (s0 >= dl.L) return;
   const int nb = dl.L - s0 < kTile ? dl.L - s0 : kTile;
-  if (tid < kDecHeads) {
+  if (warp < kDecHeads) {  // warp g: head h0 + g's m_t0
     float run_max = 0.f;
-    if (tid < nh) {
-      const int h = h0 + tid;
+    if (warp < nh) {
+      const int h = h0 + warp;
       run_max = a.v41 ? -1e30f : ldw(a.sink, h, a.sink_dt);
-      for (int t = 0; t <= t0; ++t) run_max = fmaxf(run_max, tmax[i64(h) * tiles + t]);  // m_t0, in tile order
+      for (int b = 0; b <= t0; b += 32) {
+        const int t = b + lane;
+        float m = 0.f;
+        if (t <= t0) m = tmax ? tmax[i64(h) * tiles + t] : dec_tile_max(sc + i64(h) * Lmax, t, dl.L);
+        for (int u = 0; u < 32 && b + u <= t0; ++u)
+          run_max = fmaxf(run_max, __shfl_sync(0xffffffffu, m, u));  // m_t0, in tile order
+      }
     }
-    nmax_s[tid] = run_max;
+    if (lane == 0) nmax_s[warp] = run_max;
   }
   if (tid < kTile) ptr[tid] = tid < nb ? slot(a, 0, p0, p, s0 + tid, dl.Lw, 1) : nullptr;
   __syncthreads();
@@ -205,43 +245,32 @@ extern "C" __global__ void smelt_attn_dec_tiles(AttnArgs a, const StepInfo* step
   __syncthreads();
   const int d = blockIdx.z * kDecThreads + tid;
   if (d >= hd) return;
-  if (a.v41) dec_pv<double>(pr, ptr, nb, d, nh, pv_out + (i64(h0) * tiles + t0) * hd, i64(tiles) * hd);
-  else dec_pv<float>(pr, ptr, nb, d, nh, pv_out + (i64(h0) * tiles + t0) * hd, i64(tiles) * hd);
+  float* pv = pv_out + (i64(h0) * tiles + t0) * hd;
+  if (a.v41) dec_pv_heads<double>(hpb, pr, ptr, nb, d, nh, pv, i64(tiles) * hd);
+  else dec_pv_heads<float>(hpb, pr, ptr, nb, d, nh, pv, i64(tiles) * hd);
 }
 
-// round: the op's `round = "bf16"` applied to the output here (no separate launch).
+// round: the op's `round = "bf16"` applied to the output here (no separate launch). grid (heads, hd / 128),
+// block 128: a thread per channel (every block also folds the head's denominators, the same numbers).
 extern "C" __global__ void smelt_attn_dec_merge(AttnArgs a, const StepInfo* step, int tiles, const float* psum,
                                                 const float* nmax, const float* pv, int round, float* out) {
   SMELT_KERNEL_PROLOGUE();
-  const int h = blockIdx.x, hd = a.hd, tid = threadIdx.x;
+  const int h = blockIdx.x, hd = a.hd, d = blockIdx.y * kThreads + threadIdx.x;
   const i64 p0 = step->p0;
   const DecList dl = dec_list(a, p0);
   const int nt = (dl.L + kTile - 1) / kTile;
   const float sink = ldw(a.sink, h, a.sink_dt);
-  float run_max = a.v41 ? -1e30f : sink, denom = 0.f;
-  float acc[kMaxHd / kThreads];
-#pragma unroll
-  for (int u = 0; u < kMaxHd / kThreads; ++u) acc[u] = 0.f;
+  float run_max = a.v41 ? -1e30f : sink, denom = 0.f, acc = 0.f;
   for (int t = 0; t < nt; ++t) {
     const float new_max = nmax[i64(h) * tiles + t];
     const float rescale = expf(__fsub_rn(run_max, new_max));
     denom = __fadd_rn(__fmul_rn(denom, rescale), psum[i64(h) * tiles + t]);
-    const float* v = pv + (i64(h) * tiles + t) * hd;
-#pragma unroll
-    for (int u = 0; u < kMaxHd / kThreads; ++u) {
-      const int d = tid + u * kThreads;
-      if (d < hd) acc[u] = __fadd_rn(__fmul_rn(acc[u], rescale), v[d]);
-    }
+    if (d < hd) acc = __fadd_rn(__fmul_rn(acc, rescale), pv[(i64(h) * tiles + t) * hd + d]);
     run_max = new_max;
   }
   denom = __fadd_rn(denom, expf(__fsub_rn(sink, run_max)));
-  float* o = out + i64(h) * hd;
-#pragma unroll
-  for (int u = 0; u < kMaxHd / kThreads; ++u) {
-    const int d = tid + u * kThreads;
-    if (d < hd) {
-      const float v = __fdiv_rn(acc[u], denom);
-      o[d] = ((a.v41 && a.rb) || round) ? round_bf16(v) : v;
-    }
+  if (d < hd) {
+    const float v = __fdiv_rn(acc, denom);
+    out[i64(h) * hd + d] = ((a.v41 && a.rb) || round) ? round_bf16(v) : v;
   }
 }

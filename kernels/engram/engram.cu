@@ -80,39 +80,106 @@ extern "C" __global__ void smelt_engram_gather(const i32* hashes, int stride, co
                  : -0.f;
 }
 
+namespace {
+
+constexpr int kGateSteps = 20;  // a thread's steps loaded at once (D = 5120 over 256 threads: all of them)
+
+// block_sum_d of three values at once: each with block_sum_d's trees (warp butterflies, then warp 0 over the warp
+// sums in warp order), one pair of barriers instead of three.
+__device__ __forceinline__ void block_sum3_d(double& a, double& b, double& c, double (*red)[32]) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  a = warp_sum_d(a), b = warp_sum_d(b), c = warp_sum_d(c);
+  if (lane == 0) red[0][warp] = a, red[1][warp] = b, red[2][warp] = c;
+  __syncthreads();
+  if (warp == 0) {
+    double x = lane < nw ? red[0][lane] : 0.0, y = lane < nw ? red[1][lane] : 0.0, z = lane < nw ? red[2][lane] : 0.0;
+    x = warp_sum_d(x), y = warp_sum_d(y), z = warp_sum_d(z);
+    if (lane == 0) red[0][0] = x, red[1][0] = y, red[2][0] = z;
+  }
+  __syncthreads();
+  a = red[0][0], b = red[1][0], c = red[2][0];
+}
+
+// One weight dtype pair: the weights' loads are straight-line code, so a thread's kGateSteps steps of all four
+// inputs are loaded before any is summed (one memory round trip instead of one a step; the sums keep their order:
+// thread t's chain over d = t, t + blockDim.x, ...).
+template <int QDT, int KDT>
+__device__ __forceinline__ void gate_row(const float* h, const float* key, const float* value, const void* qw,
+                                         const void* kw, i64 wo, int D, float eps, float inv_sqrt_dim, int rb,
+                                         float* o, double (*red)[32]) {
+  const int tid = threadIdx.x, nt = blockDim.x;
+  double dot = 0.0, hh = 0.0, kk = 0.0;
+  for (int d0 = tid; d0 < D; d0 += kGateSteps * nt) {
+    float hv[kGateSteps], kv[kGateSteps], w[kGateSteps];
+#pragma unroll
+    for (int u = 0; u < kGateSteps; ++u) {
+      const int d = d0 + u * nt;
+      const bool in = d < D;
+      hv[u] = in ? h[d] : 0.f;
+      kv[u] = in ? key[d] : 0.f;
+      w[u] = in ? __fmul_rn(ldw(qw, wo + d, QDT), ldw(kw, wo + d, KDT)) : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < kGateSteps; ++u)
+      if (d0 + u * nt < D) {
+        dot += double(__fmul_rn(__fmul_rn(hv[u], w[u]), kv[u]));
+        hh += double(hv[u]) * double(hv[u]);
+        kk += double(kv[u]) * double(kv[u]);
+      }
+  }
+  block_sum3_d(dot, hh, kk, red);
+  const float rstd = __fmul_rn(rms_scale_from(hh, D, eps), rms_scale_from(kk, D, eps));
+  const float g = __fmul_rn(__fmul_rn(float(dot), rstd), inv_sqrt_dim);
+  const float a = fabsf(g);
+  const float mag = __fsqrt_rn(a > 1e-6f ? a : 1e-6f);
+  const float gate = __fdiv_rn(1.f, 1.f + expf(-copysignf(mag, g)));
+  // o may alias h: each thread reads its own channels before it writes them.
+  for (int d0 = tid; d0 < D; d0 += kGateSteps * nt) {
+    float hv[kGateSteps], vv[kGateSteps];
+#pragma unroll
+    for (int u = 0; u < kGateSteps; ++u) {
+      const int d = d0 + u * nt;
+      hv[u] = d < D ? h[d] : 0.f;
+      vv[u] = d < D ? value[d] : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < kGateSteps; ++u) {
+      const int d = d0 + u * nt;
+      if (d < D) {
+        const float v = __fadd_rn(hv[u], __fmul_rn(gate, vv[u]));
+        o[d] = rb ? round_bf16(v) : v;
+      }
+    }
+  }
+}
+
+}  // namespace
+
 // Gate per (row, copy c): X/out [T, n*D], kv [T, (n+1)*D] (keys then value, bf16 values), q_weight / k_weight
 // [n, D]. out = bf16(h + gate * value) (rb = 0, numerics fp32: not rounded). grid (n, T), block 256. out may
 // alias X.
 extern "C" __global__ void smelt_engram_gate(const float* X, const float* kv, const void* qw, int qdt, const void* kw,
                                              int kdt, int D, float eps, float inv_sqrt_dim, int rb, float* out) {
   SMELT_KERNEL_PROLOGUE();
-  __shared__ double red[32];
   const int c = blockIdx.x, n = gridDim.x;
   const i64 r = blockIdx.y;
   const float* h = X + (r * n + c) * D;
   const float* key = kv + r * (n + 1) * D + i64(c) * D;
   const float* value = kv + r * (n + 1) * D + i64(n) * D;
-  double dot = 0.0, hh = 0.0, kk = 0.0;
-  // n blocks at decode, each thread ~D / 256 steps: unrolled so the loads of several steps are in flight at once
-  // (the sums keep their order).
-#pragma unroll 8
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    const float w = __fmul_rn(ldw(qw, i64(c) * D + d, qdt), ldw(kw, i64(c) * D + d, kdt));
-    dot += double(__fmul_rn(__fmul_rn(h[d], w), key[d]));
-    hh += double(h[d]) * double(h[d]);
-    kk += double(key[d]) * double(key[d]);
-  }
-  dot = block_sum_d(dot, red);
-  hh = block_sum_d(hh, red);
-  kk = block_sum_d(kk, red);
-  const float rstd = __fmul_rn(rms_scale_from(hh, D, eps), rms_scale_from(kk, D, eps));
-  const float g = __fmul_rn(__fmul_rn(float(dot), rstd), inv_sqrt_dim);
-  const float a = fabsf(g);
-  const float mag = __fsqrt_rn(a > 1e-6f ? a : 1e-6f);
-  const float gate = __fdiv_rn(1.f, 1.f + expf(-copysignf(mag, g)));
   float* o = out + (r * n + c) * D;
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    const float v = __fadd_rn(h[d], __fmul_rn(gate, value[d]));
-    o[d] = rb ? round_bf16(v) : v;
+  const i64 wo = i64(c) * D;
+  __shared__ double red[3][32];
+#define SMELT_GATE(Q, K) gate_row<Q, K>(h, key, value, qw, kw, wo, D, eps, inv_sqrt_dim, rb, o, red)
+  switch (qdt * 3 + kdt) {
+    case kBF16 * 3 + kBF16: SMELT_GATE(kBF16, kBF16); break;
+    case kBF16 * 3 + kF32: SMELT_GATE(kBF16, kF32); break;
+    case kBF16 * 3 + kF16: SMELT_GATE(kBF16, kF16); break;
+    case kF32 * 3 + kBF16: SMELT_GATE(kF32, kBF16); break;
+    case kF32 * 3 + kF16: SMELT_GATE(kF32, kF16); break;
+    case kF16 * 3 + kBF16: SMELT_GATE(kF16, kBF16); break;
+    case kF16 * 3 + kF32: SMELT_GATE(kF16, kF32); break;
+    case kF16 * 3 + kF16: SMELT_GATE(kF16, kF16); break;
+    default: SMELT_GATE(kF32, kF32); break;
   }
+#undef SMELT_GATE
 }

@@ -218,6 +218,100 @@ extern "C" __global__ void smelt_hc_sinkhorn_warp(const float* m_all, int rows, 
   }
 }
 
+// ---- V4.1 hc_mix at decode: smelt_hc_mix_logits (v41) + smelt_hc_sinkhorn_warp in two kernels over many blocks,
+// the same bits. smelt_hc_mix_logits gave each of the (2 + n) * n outputs one block of vb (1024) threads: 24
+// multiprocessors, each thread walking its ~20 values in five dependent batches of loads. Here the vb "virtual"
+// threads of an output are spread over vb / blockDim blocks; virtual thread t sums exactly the elements and partial
+// sums smelt_hc_mix_logits' thread t sums (t + k * vb, partial k % 4, folded 0+1+2+3) with all its loads in flight
+// at once (the projection weights before the dependent-launch wait), and each virtual warp's warp_sum_d (the first
+// level of block_sum_d) goes to scratch. smelt_hc_mix_sinkhorn then does block_sum_d's second level for every
+// output and for the squares (warp 0's butterfly over the vb / 32 warp sums, zeros past them), the logit
+// float(dot) * rsqrt scale, and hc_sinkhorn_warp_body on the logits in shared memory.
+
+namespace {
+constexpr int kMixRegs = 32;  // values a virtual thread holds: len <= 32 * vb
+}  // namespace
+
+// grid (outs * (vb / blockDim), rows), block a multiple of 32 dividing vb. part: [rows, outs + 1, 32] doubles
+// (output o's warp sums of the dot at [o], the squares' at [outs], written by the blocks of output 0).
+extern "C" __global__ void smelt_hc_mix_partials(const float* X, int len, const void* fn, int fdt, int vb,
+                                                 double* part) {
+  SMELT_KERNEL_PROLOGUE_WEIGHTS_FIRST();
+  const int bd = blockDim.x, per = vb / bd, outs = gridDim.x / per;
+  const int o = blockIdx.x / per, t = (blockIdx.x - o * per) * bd + threadIdx.x;  // virtual thread of output o
+  const i64 r = blockIdx.y;
+  const i64 wo = i64(o) * len;
+  float fv[kMixRegs], zv[kMixRegs];
+#pragma unroll
+  for (int k = 0; k < kMixRegs; ++k) {
+    const int i = t + k * vb;
+    fv[k] = i < len ? ldw(fn, wo + i, fdt) : 0.f;
+  }
+  grid_dep_wait();
+  const float* z = X + r * len;
+#pragma unroll
+  for (int k = 0; k < kMixRegs; ++k) {
+    const int i = t + k * vb;
+    zv[k] = i < len ? z[i] : 0.f;
+  }
+  double sq[4] = {0.0, 0.0, 0.0, 0.0}, d[4] = {0.0, 0.0, 0.0, 0.0};
+#pragma unroll
+  for (int k = 0; k < kMixRegs; ++k) {
+    if (t + k * vb < len) {
+      const double zi = double(zv[k]);
+      sq[k & 3] += zi * zi;
+      d[k & 3] += zi * double(fv[k]);
+    }
+  }
+  const double sqw = warp_sum_d(((sq[0] + sq[1]) + sq[2]) + sq[3]);
+  const double dw = warp_sum_d(((d[0] + d[1]) + d[2]) + d[3]);
+  if ((threadIdx.x & 31) == 0) {
+    double* pr = part + r * (outs + 1) * 32;
+    pr[o * 32 + (t >> 5)] = dw;
+    if (o == 0) pr[outs * 32 + (t >> 5)] = sqw;
+  }
+}
+
+// grid (rows), block 128 (4 warps). Folds the partials of smelt_hc_mix_partials (vb threads, len values a row),
+// then smelt_hc_sinkhorn_warp's body on warp 0 (n <= 5).
+extern "C" __global__ void smelt_hc_mix_sinkhorn(const double* part, int len, int vb, float norm_eps, int n,
+                                                 const void* base, int bdt, const void* scale, int sdt, int iters,
+                                                 float hc_eps, float* pre, float* post, float* comb) {
+  SMELT_KERNEL_PROLOGUE_WEIGHTS_FIRST();
+  __shared__ float mb[64], ms[64], sc[4];
+  __shared__ double dsum[65];
+  const int outs = (2 + n) * n, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = vb >> 5;
+  const i64 r = blockIdx.x;
+  // base and scale are weights: read before the wait, as floats (the same values wload gives).
+  for (int i = threadIdx.x; i < outs; i += blockDim.x) mb[i] = wload(base, i, bdt);
+  if (threadIdx.x < 3) sc[threadIdx.x] = wload(scale, threadIdx.x, sdt);
+  grid_dep_wait();
+  const double* pr = part + r * (outs + 1) * 32;
+  for (int o = warp; o <= outs; o += blockDim.x >> 5) {  // o == outs: the squares
+    const double v = warp_sum_d(lane < nw ? pr[o * 32 + lane] : 0.0);
+    if (lane == 0) dsum[o] = v;
+  }
+  __syncthreads();
+  if (threadIdx.x < outs) {
+    const float rs = rms_scale_from(dsum[outs], len, norm_eps);
+    ms[threadIdx.x] = __fmul_rn(float(dsum[threadIdx.x]), rs);
+  }
+  __syncthreads();
+  if (warp != 0) return;
+  float* pr_ = pre + r * n;
+  float* po_ = post + r * n;
+  float* c_ = comb + r * n * n;
+  const float s0 = sc[0], s1 = sc[1], s2 = sc[2];
+  switch (n) {
+    case 1: hc_sinkhorn_warp_body<1>(ms, mb, kF32, s0, s1, s2, iters, hc_eps, pr_, po_, c_); break;
+    case 2: hc_sinkhorn_warp_body<2>(ms, mb, kF32, s0, s1, s2, iters, hc_eps, pr_, po_, c_); break;
+    case 3: hc_sinkhorn_warp_body<3>(ms, mb, kF32, s0, s1, s2, iters, hc_eps, pr_, po_, c_); break;
+    case 4: hc_sinkhorn_warp_body<4>(ms, mb, kF32, s0, s1, s2, iters, hc_eps, pr_, po_, c_); break;
+    case 5: hc_sinkhorn_warp_body<5>(ms, mb, kF32, s0, s1, s2, iters, hc_eps, pr_, po_, c_); break;
+    default: break;  // the launcher sends hc_mult > 5 to smelt_hc_mix_logits + smelt_hc_sinkhorn
+  }
+}
+
 // u[r, d] = sum_c pre[r, c] * X[r, c, d] in copy order (pre == nullptr: copy 0). grid (ceil(D/256), rows).
 // R: the op's `round = "bf16"` in the same pass (the _bf16 entry points).
 template <bool R>

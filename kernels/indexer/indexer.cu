@@ -65,18 +65,39 @@ __device__ __forceinline__ void pick_digit(const int* hist, int& need, int& digi
 }
 
 // Selects the `keep` largest keys among n (keys from get(j)); writes them to list[0 .. keep) in no particular
-// order. Block-wide; hist is 256 ints of shared memory.
+// order. Block-wide; hist is 256 ints of shared memory. Up to kKeyRegs * blockDim.x keys (4096 at 1024 threads:
+// S = 2065 compressed entries, or the candidate blocks) are formed once and kept in registers for every pass,
+// instead of read (and for block scores folded) again in each of up to 8 passes.
+constexpr int kKeyRegs = 4;
 template <class Get>
 __device__ void radix_select(int n, int keep, Get get, u64* list, int* hist, int* count) {
+  const bool cached = n <= kKeyRegs * int(blockDim.x);
+  u64 kc[kKeyRegs];
+  if (cached) {
+#pragma unroll
+    for (int u = 0; u < kKeyRegs; ++u) {
+      const int j = threadIdx.x + u * blockDim.x;
+      kc[u] = j < n ? get(j) : 0ull;
+    }
+  }
+  // f(key) for every key j of this thread (j = threadIdx.x, + blockDim.x, ...).
+  auto each = [&](auto&& f) {
+    if (cached) {
+#pragma unroll
+      for (int u = 0; u < kKeyRegs; ++u)
+        if (threadIdx.x + u * blockDim.x < n) f(kc[u]);
+    } else {
+      for (int j = threadIdx.x; j < n; j += blockDim.x) f(get(j));
+    }
+  };
   u64 prefix = 0, mask = 0;
   int need = keep;
   for (int shift = 56; shift >= 0 && keep > 0; shift -= 8) {
     for (int d = threadIdx.x; d < 256; d += blockDim.x) hist[d] = 0;
     __syncthreads();
-    for (int j = threadIdx.x; j < n; j += blockDim.x) {
-      const u64 k = get(j);
+    each([&](u64 k) {
       if ((k & mask) == prefix) hist_add(hist, int((k >> shift) & 255));
-    }
+    });
     __syncthreads();
     int digit = 0;
     bool exact = false;
@@ -89,10 +110,9 @@ __device__ void radix_select(int n, int keep, Get get, u64* list, int* hist, int
   if (threadIdx.x == 0) *count = 0;
   __syncthreads();
   if (keep > 0)
-    for (int j = threadIdx.x; j < n; j += blockDim.x) {
-      const u64 k = get(j);
+    each([&](u64 k) {
       if ((k & mask) >= prefix) list[atomicAdd(count, 1)] = k;
-    }
+    });
   __syncthreads();
 }
 
@@ -208,7 +228,9 @@ extern "C" __global__ void smelt_indexer_candidates(const float* scores, i64 S, 
   auto block_score = [&](int b) {
     if (b == nb - 1) return __int_as_float(0x7f800000);
     float m = -__int_as_float(0x7f800000);
-    for (i64 j = i64(b) * bs; j < i64(b + 1) * bs && j < visible; ++j) m = fmaxf(m, sc[j]);
+    const i64 j0 = i64(b) * bs, j1 = j0 + bs < visible ? j0 + bs : visible;
+#pragma unroll 16
+    for (i64 j = j0; j < j1; ++j) m = fmaxf(m, sc[j]);  // in entry order; unrolled: the loads fly together
     return m;
   };
   const int keep = CB < nb ? CB : nb;

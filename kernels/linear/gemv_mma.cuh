@@ -154,9 +154,10 @@ constexpr int kMmaRingBytes = 8192;  // per warp
 template <bool FP4, int NW>
 struct MmaSegment {
   static constexpr int SB = NW * 16 * (FP4 ? 16 : 32);  // bytes of a stage (one 32-block of 16 rows x NW)
-  // Stages: 16 (8 for two matrices, whose unrolled loop would otherwise push the scale ring to local memory).
-  static constexpr int DMAX = NW == 2 ? 8 : 16;
+  // Stages: as many as the 8 KB ring holds, at most 16 (a power of two: the ring slot wraps by a mask).
+  static constexpr int DMAX = 16;
   static constexpr int D = kMmaRingBytes / SB < DMAX ? kMmaRingBytes / SB : DMAX;
+  static_assert((D & (D - 1)) == 0 && D >= 4, "D: a power of two of at least one group");
   const u8* src[NW];  // this lane's copy source of block 0 (FP8: row lane / 2, half lane % 2; FP4: row lane % 16)
   const u8* sA[NW];
   const u8* sB[NW];
@@ -187,8 +188,8 @@ struct MmaSegment {
     }
   }
 
-  // Block b into stage j (and its scales into sc[j]); one commit group per call, empty past the segment.
-  __device__ __forceinline__ void issue(int j, int b) {
+  // Block b into ring slot `slot` and its scales into `scale`; one commit group per call, empty past the segment.
+  __device__ __forceinline__ void issue(int slot, int b, u32& scale) {
     const int lane = threadIdx.x & 31;
     if (b < b1_) {
       if (FP4) {
@@ -196,11 +197,12 @@ struct MmaSegment {
         const bool hi = NW == 2 && lane >= 16;
         const u8* sp = hi ? src[NW - 1] : src[0];
         if (NW == 2 || lane < 16)
-          cp_async16(ring + j * SB + (hi ? 256 : 0) + (lane & 15) * 16, sp + i64(b) * 16, src_bytes);
+          cp_async16(ring + slot * SB + (hi ? 256 : 0) + (lane & 15) * 16, sp + i64(b) * 16, src_bytes);
       } else {
 #pragma unroll
         for (int m = 0; m < NW; ++m)
-          cp_async16(ring + j * SB + m * 512 + (lane >> 1) * 32 + (lane & 1) * 16, src[m] + i64(b) * 32, src_bytes);
+          cp_async16(ring + slot * SB + m * 512 + (lane >> 1) * 32 + (lane & 1) * 16, src[m] + i64(b) * 32,
+                     src_bytes);
       }
       u32 s = 0;
 #pragma unroll
@@ -209,22 +211,24 @@ struct MmaSegment {
             FP4 ? (u32(__ldg(sA[m] + b)) | (u32(__ldg(sB[m] + b)) << 8)) : u32(__ldg(sA[m] + ((b * 32) >> sh)));
         s |= v << (16 * m);
       }
-      sc[j] = s;
+      scale = s;
     }
     cp_async_commit();
   }
 
+  // Blocks b0 .. b0 + D - 1 into slots 0 .. D - 1 (sc[j] = block b0 + j's scales).
   __device__ __forceinline__ void prefetch(int b0, int b1) {
     b1_ = b1;
 #pragma unroll
-    for (int j = 0; j < D; ++j) issue(j, b0 + j);
+    for (int j = 0; j < D; ++j) issue(j, b0 + j, sc[j]);
   }
 
   // NZ: NaN weight codes count as 0 (the exact kernels' rule). The plain pass multiplies the codes as they are
   // (a NaN code makes its rows' sums NaN: E4M3 has no inf and the staged codes hold no NaN); run_checked() redoes a
   // segment whose sums came out NaN with NZ, so the common path pays nothing for the rule.
   template <int NC, bool NZ>
-  __device__ __forceinline__ void consume(int j, int b, const u8* xrow, const float* xsl, float (*acc)[2 * NC]) const {
+  __device__ __forceinline__ void consume(int slot, int b, u32 scale, const u8* xrow, const float* xsl,
+                                          float (*acc)[2 * NC]) const {
     const int lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
     uint2 xv = make_uint2(0u, 0u);
     if (xrow) xv = *reinterpret_cast<const uint2*>(xrow + b * 32 + tig * 8);
@@ -233,13 +237,13 @@ struct MmaSegment {
     for (int m = 0; m < NW; ++m) {
       u32 a0, a1, a2, a3;
       if (FP4) {
-        const u8* st = ring + j * SB + m * 256 + tig * 4;
+        const u8* st = ring + slot * SB + m * 256 + tig * 4;
         const u32 ha = *reinterpret_cast<const u32*>(st + g * 16);
         const u32 hb = *reinterpret_cast<const u32*>(st + (g + 8) * 16);
         a0 = e2m1x4_to_e4m3(ha), a2 = e2m1x4_to_e4m3(ha >> 16);
         a1 = e2m1x4_to_e4m3(hb), a3 = e2m1x4_to_e4m3(hb >> 16);
       } else {
-        const u8* st = ring + j * SB + m * 512 + tig * 8;
+        const u8* st = ring + slot * SB + m * 512 + tig * 8;
         const uint2 ra = *reinterpret_cast<const uint2*>(st + g * 32);
         const uint2 rb = *reinterpret_cast<const uint2*>(st + (g + 8) * 32);
         a0 = ra.x, a2 = ra.y, a1 = rb.x, a3 = rb.y;
@@ -250,7 +254,7 @@ struct MmaSegment {
       }
       float c[4];
       mma_e4m3(c, a0, a1, a2, a3, xv.x, xv.y);
-      const u32 sm = sc[j] >> (16 * m);
+      const u32 sm = scale >> (16 * m);
       const float wa = e8m0_decode(u8(sm)), wb = FP4 ? e8m0_decode(u8(sm >> 8)) : wa;
       if (NC == 2) {
         acc[m][0] = __fadd_rn(acc[m][0], __fmul_rn(__fmul_rn(c[0], xs0), wa));
@@ -265,24 +269,28 @@ struct MmaSegment {
   }
 
   // Blocks [b0, b1) folded into acc, in K order; expects prefetch(b0, b1) done.
+  // A rolled loop over groups of G = 4 blocks (one wait per group: their shared loads and MMAs overlap). The ring
+  // slot is a run-time index and the scales move down a register shift ring (sc[0] = the next block's), so the loop
+  // body is one group: the fully unrolled ring (D / G groups, x2 for the NZ pass, x2 row variants) was 170 KB of
+  // SASS and Nsight Compute showed the warps stalled on instruction fetch ~60% of the time.
   template <int NC, bool NZ>
   __device__ __forceinline__ void run(int b0, int b1, const u8* xrow, const float* xsl, float (*acc)[2 * NC]) {
-    // Four blocks per wait: their shared loads and MMAs overlap (one block per wait serialised each block's
-    // wait, loads, MMA and sums: sm_90 also runs the E4M3 mma.sync as f16 conversions + two HMMAs).
     constexpr int G = 4;
-    for (int bb = b0; bb < b1; bb += D) {
+    static_assert(D % G == 0, "the ring holds whole groups");
+    int slot = 0;
+#pragma unroll 1
+    for (int b = b0; b < b1; b += G) {
+      cp_async_wait<D - G>();  // this lane's copies of blocks b .. b + G - 1 have landed ...
+      __syncwarp();            // ... and every lane's
 #pragma unroll
-      for (int j0 = 0; j0 < D; j0 += G) {
-        if (bb + j0 >= b1) break;  // uniform
-        cp_async_wait<D - G>();  // this lane's copies of blocks bb + j0 .. + G - 1 have landed ...
-        __syncwarp();            // ... and every lane's
+      for (int j = 0; j < G; ++j)
+        if (b + j < b1) consume<NC, NZ>(slot + j, b + j, sc[j], xrow, xsl, acc);
+      __syncwarp();  // the slots read by all lanes before they are refilled
 #pragma unroll
-        for (int j = j0; j < j0 + G; ++j)
-          if (bb + j < b1) consume<NC, NZ>(j, bb + j, xrow, xsl, acc);
-        __syncwarp();  // the stages read by all lanes before they are refilled
+      for (int j = 0; j + G < D; ++j) sc[j] = sc[j + G];
 #pragma unroll
-        for (int j = j0; j < j0 + G; ++j) issue(j, bb + j + D);
-      }
+      for (int j = 0; j < G; ++j) issue(slot + j, b + j + D, sc[D - G + j]);
+      slot = (slot + G) & (D - 1);
     }
   }
 

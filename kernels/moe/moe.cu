@@ -169,6 +169,37 @@ extern "C" __global__ void smelt_moe_combine(const float* out, const float* rw, 
   const int d = blockIdx.x * blockDim.x + threadIdx.x;
   if (d >= D) return;
   float s = 0.f;
+  if (topk <= 8) {
+    // The slot order first (integers in registers), then every slot's value loaded at once and summed in that
+    // order: the loop below issued each load only after the previous add (a serial round trip per slot).
+    int ids[8], bt[8];
+#pragma unroll
+    for (int t = 0; t < 8; ++t) ids[t] = t < topk ? idx[r * topk + t] : -1;
+    int last = -1;
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {  // the next larger expert id each time: ascending order, duplicates once
+      int best = -1, b = -1;
+#pragma unroll
+      for (int t = 0; t < 8; ++t)
+        if (t < topk && ids[t] > last && ids[t] < n_experts && (best < 0 || ids[t] < best)) best = ids[t], b = t;
+      bt[n] = b;
+      if (best >= 0) last = best;
+    }
+    float v[8];
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      v[n] = 0.f;
+      if (bt[n] >= 0) {
+        const float o = out[(r * topk + bt[n]) * D + d];
+        v[n] = weighted ? __fmul_rn(o, rw[r * topk + bt[n]]) : o;
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+      if (bt[n] >= 0) s = __fadd_rn(s, v[n]);
+    y[r * D + d] = s;
+    return;
+  }
   int last = -1;
   for (int n = 0; n < topk; ++n) {  // the next larger expert id each time: ascending order, duplicates once
     int best = -1, bt = -1;

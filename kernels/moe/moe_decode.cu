@@ -141,30 +141,68 @@ SMELT_MOE_DEC(fp4, true)
 // smelt_moe_route does everything in one block per row: the E gate dot products (E x D weights) through one
 // multiprocessor, then thread 0 alone scores and selects. These two kernels give the same outputs bit for bit:
 // smelt_moe_gate_dots: s[r, e] = x[r] . gate[e], one warp per expert with smelt_moe_route's lane order and warp
-//   sum; grid (ceil(E / warps), rows), any block of whole warps (the runtime: 64, so E / 2 blocks spread the
-//   gate's reads over the multiprocessors).
-// smelt_moe_route_select: the scoring transforms per expert in parallel, then each of the K picks as a block
-//   argmax under smelt_moe_route's order (larger value, equal values the lower expert; with a NaN among the
-//   candidates the serial scan runs instead, since NaN breaks that order); softmax sums and the weights stay
-//   serial. grid (rows), block 256, dynamic shared memory 2 * E floats + E ints.
+//   sum; grid (ceil(E / warps), rows), any block of whole warps (the runtime: 64), dynamic shared memory
+//   gate_dots_smem (the block's gate rows and the x row, staged by cp.async: the gate rows before the
+//   dependent-launch wait, so a lane's chain of D / 32 multiply-adds no longer waits on ~D / 512 serial batches of
+//   loads from memory).
+// smelt_moe_route_select: the scoring transforms per expert in parallel, then each of the K picks as a warp
+//   argmax under smelt_moe_route's order (larger value, equal values the lower expert: a total order without NaN,
+//   so any tree finds the same expert; with a NaN among the candidates the serial scan runs instead, since NaN
+//   breaks that order); softmax sums and the weights stay serial, in shared memory (global memory is written once,
+//   at the end: re-reading the just-written picks from global memory cost a serial round trip each). grid (rows),
+//   block 256, dynamic shared memory 3 * E floats + K ints.
+
+namespace {
+
+__device__ __forceinline__ void route_cp16(void* dst, const void* src) {
+  u32 a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(a), "l"(src) : "memory");
+}
+
+// Copies n bytes global -> shared by the whole block: 16-byte cp.async when both ends and n allow it, else plain
+// 4- or 2-byte loads (the caller waits with route_cp_wait, then synchronises).
+__device__ __forceinline__ void route_stage(void* dst, const void* src, int n) {
+  const bool v16 = ((reinterpret_cast<u64>(dst) | reinterpret_cast<u64>(src) | u64(n)) & 15) == 0;
+  if (v16) {
+    for (int i = threadIdx.x * 16; i < n; i += blockDim.x * 16)
+      route_cp16(static_cast<u8*>(dst) + i, static_cast<const u8*>(src) + i);
+  } else if (((reinterpret_cast<u64>(dst) | reinterpret_cast<u64>(src) | u64(n)) & 3) == 0) {
+    for (int i = threadIdx.x; i < n / 4; i += blockDim.x) static_cast<u32*>(dst)[i] = static_cast<const u32*>(src)[i];
+  } else {
+    for (int i = threadIdx.x; i < n / 2; i += blockDim.x) static_cast<u16*>(dst)[i] = static_cast<const u16*>(src)[i];
+  }
+}
+__device__ __forceinline__ void route_cp_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+}  // namespace
 
 extern "C" __global__ void smelt_moe_gate_dots(const float* x, int D, const void* gate, int gdt, int E, float* s) {
-  SMELT_KERNEL_PROLOGUE();
+  SMELT_KERNEL_PROLOGUE_WEIGHTS_FIRST();
+  extern __shared__ __align__(16) unsigned char gd_sm[];
   const i64 r = blockIdx.y;
-  const int e = blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+  const int warps = blockDim.x / 32, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int e0 = blockIdx.x * warps, e = e0 + w;
+  const int gsz = gdt == kF32 ? 4 : 2, ne = E - e0 < warps ? E - e0 : warps;
+  const int gbytes = (warps * D * gsz + 15) / 16 * 16;
+  float* xs = reinterpret_cast<float*>(gd_sm + gbytes);
+  // The block's gate rows are contiguous: e0 .. e0 + ne - 1.
+  route_stage(gd_sm, static_cast<const u8*>(gate) + i64(e0) * D * gsz, ne * D * gsz);
+  grid_dep_wait();
+  route_stage(xs, x + r * D, D * 4);
+  route_cp_wait();
+  __syncthreads();
   if (e >= E) return;
-  const float* xr = x + r * D;
-  const i64 ge = i64(e) * D;
   float d = 0.f;
-  // ~D / 32 steps a lane with a load each: unrolled so 16 loads are in flight (the chain keeps its order); one
-  // loop per weight type so the loads are plain.
+  // The chain of smelt_moe_route's lane, from shared memory.
   if (gdt == kF32) {
-    const float* g = static_cast<const float*>(gate) + ge;
+    const float* g = reinterpret_cast<const float*>(gd_sm) + i64(w) * D;
 #pragma unroll 16
-    for (int c = lane; c < D; c += 32) d = fmaf(xr[c], g[c], d);
+    for (int c = lane; c < D; c += 32) d = fmaf(xs[c], g[c], d);
   } else {
+    const u16* g = reinterpret_cast<const u16*>(gd_sm) + i64(w) * D;
 #pragma unroll 16
-    for (int c = lane; c < D; c += 32) d = fmaf(xr[c], ldw(gate, ge + c, gdt), d);
+    for (int c = lane; c < D; c += 32) d = fmaf(xs[c], ldw(g, c, gdt), d);
   }
   d = warp_sum(d);
   if (lane == 0) s[r * E + e] = d;
@@ -174,16 +212,19 @@ extern "C" __global__ void smelt_moe_route_select(const float* dots, int E, cons
                                                   const void* tid2eid, int t64, i64 vocab, const i32* ids, int K,
                                                   int scoring, int norm_topk_prob, float route_scale, float gate_temp,
                                                   float* weights, i32* idx) {
-  SMELT_KERNEL_PROLOGUE();
+  SMELT_KERNEL_PROLOGUE_WEIGHTS_FIRST();
   extern __shared__ float sh[];
   float* s = sh;
   float* sel = sh + E;
   int* taken = reinterpret_cast<int*>(sh + 2 * E);
-  __shared__ float bv[32];
-  __shared__ int bi[32];
+  int* pick = taken + E;  // [K]
   __shared__ int any_nan;
   const i64 r = blockIdx.x;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  const int lane = threadIdx.x & 31;
+  // The bias is a weight: read before the wait, held in sel until the scores exist.
+  if (!tid2eid && bias)
+    for (int e = threadIdx.x; e < E; e += blockDim.x) sel[e] = ldw(bias, e, bdt);
+  grid_dep_wait();
   if (threadIdx.x == 0) any_nan = 0;
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
     float v = dots[r * E + e];
@@ -194,8 +235,6 @@ extern "C" __global__ void smelt_moe_route_select(const float* dots, int E, cons
     taken[e] = 0;
   }
   __syncthreads();
-  i32* ri = idx + r * K;
-  float* rwt = weights + r * K;
   if (scoring == 1 && threadIdx.x == 0) {
     float mx = s[0], sum = 0.f;
     for (int e = 1; e < E; ++e) mx = fmaxf(mx, s[e]);
@@ -210,12 +249,12 @@ extern "C" __global__ void smelt_moe_route_select(const float* dots, int E, cons
         i64 e = -1;
         if (id >= 0 && id < vocab)
           e = t64 ? static_cast<const i64*>(tid2eid)[id * K + t] : static_cast<const i32*>(tid2eid)[id * K + t];
-        ri[t] = (e >= 0 && e < E) ? i32(e) : -1;
+        pick[t] = (e >= 0 && e < E) ? i32(e) : -1;
       }
     }
   } else {
     for (int e = threadIdx.x; e < E; e += blockDim.x) {
-      sel[e] = bias ? __fadd_rn(s[e], ldw(bias, e, bdt)) : s[e];
+      sel[e] = bias ? __fadd_rn(s[e], sel[e]) : s[e];
       if (sel[e] != sel[e]) any_nan = 1;
     }
     __syncthreads();
@@ -225,45 +264,39 @@ extern "C" __global__ void smelt_moe_route_select(const float* dots, int E, cons
           int best = -1;
           for (int e = 0; e < E; ++e) {
             bool tk = false;
-            for (int u = 0; u < t; ++u) tk |= ri[u] == e;
+            for (int u = 0; u < t; ++u) tk |= pick[u] == e;
             if (!tk && (best < 0 || sel[e] > sel[best])) best = e;
           }
-          ri[t] = best;
+          pick[t] = best;
         }
-    } else {
+    } else if (threadIdx.x < 32) {
+      // Warp 0 alone: lane l owns experts l, l + 32, ... (it alone reads and sets their taken flags), and every
+      // lane ends each butterfly with the same winner, so no barrier between picks.
       for (int t = 0; t < K; ++t) {
         float v = 0.f;
         int b = -1;
-        for (int e = threadIdx.x; e < E; e += blockDim.x)  // ascending e per thread: strict > keeps the lower
+        for (int e = lane; e < E; e += 32)  // ascending e per lane: strict > keeps the lower
           if (!taken[e] && (b < 0 || sel[e] > v)) v = sel[e], b = e;
         for (int o = 16; o >= 1; o >>= 1) {
           const float ov = __shfl_xor_sync(0xffffffffu, v, o);
           const int ob = __shfl_xor_sync(0xffffffffu, b, o);
           if (ob >= 0 && (b < 0 || ov > v || (ov == v && ob < b))) v = ov, b = ob;
         }
-        if (lane == 0) bv[warp] = v, bi[warp] = b;
-        __syncthreads();
-        if (threadIdx.x == 0) {
-          float w = 0.f;
-          int best = -1;
-          for (int k = 0; k < nw; ++k)
-            if (bi[k] >= 0 && (best < 0 || bv[k] > w || (bv[k] == w && bi[k] < best))) w = bv[k], best = bi[k];
-          ri[t] = best;
-          if (best >= 0) taken[best] = 1;
-        }
-        __syncthreads();
+        if (b >= 0 && (b & 31) == lane) taken[b] = 1;
+        if (lane == 0) pick[t] = b;
       }
     }
   }
   __syncthreads();
   if (threadIdx.x != 0) return;
+  i32* ri = idx + r * K;
+  float* rwt = weights + r * K;
   float sum = 0.f;
+  for (int t = 0; t < K; ++t) sum = __fadd_rn(sum, pick[t] >= 0 ? s[pick[t]] : 0.f);
   for (int t = 0; t < K; ++t) {
-    rwt[t] = ri[t] >= 0 ? s[ri[t]] : 0.f;
-    sum = __fadd_rn(sum, rwt[t]);
-  }
-  for (int t = 0; t < K; ++t) {
-    if (norm_topk_prob) rwt[t] = __fdiv_rn(rwt[t], __fadd_rn(sum, 1e-20f));
-    rwt[t] = __fmul_rn(rwt[t], route_scale);
+    float wt = pick[t] >= 0 ? s[pick[t]] : 0.f;
+    if (norm_topk_prob) wt = __fdiv_rn(wt, __fadd_rn(sum, 1e-20f));
+    ri[t] = pick[t];
+    rwt[t] = __fmul_rn(wt, route_scale);
   }
 }

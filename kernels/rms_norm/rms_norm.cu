@@ -43,3 +43,62 @@ extern "C" __global__ void smelt_rms_norm_bf16(const float* x, float* y, const v
   SMELT_KERNEL_PROLOGUE();
   rms_norm_body<true>(x, y, w, wdt, len, eps);
 }
+
+// smelt_rms_norm_regs / _bf16: the same bits as smelt_rms_norm at the same blockDim (same elements per thread, same
+// partial sums, same tree), for rows of at most kRegs * blockDim values: a thread's weights are loaded before the
+// dependent-launch wait (they overlap the previous kernel) and its values stay in registers between the sum and
+// the scaling (smelt_rms_norm read the row twice and the weights only after the reduction: three dependent memory
+// round trips after the wait instead of one).
+namespace {
+
+constexpr int kRegs = 8;
+
+template <bool R>
+__device__ __forceinline__ void rms_norm_regs_body(const float* x, float* y, const void* w, int wdt, int len,
+                                                   float eps) {
+  __shared__ double red[32];
+  const i64 s = blockIdx.x;
+  const int bd = blockDim.x, t = threadIdx.x;
+  float wv[kRegs], xv[kRegs];
+#pragma unroll
+  for (int k = 0; k < kRegs; ++k) {
+    const int i = t + k * bd;
+    wv[k] = (w && i < len) ? ldw(w, i, wdt) : 0.f;
+  }
+  grid_dep_wait();
+  const float* xs = x + s * len;
+  float* ys = y + s * len;
+#pragma unroll
+  for (int k = 0; k < kRegs; ++k) {
+    const int i = t + k * bd;
+    xv[k] = i < len ? xs[i] : 0.f;
+  }
+  // smelt_rms_norm's element i0 + j * bd of its loop is value k = 4 * (i0 - t) / (4 * bd) + j here: partial k % 4.
+  double sq[4] = {0.0, 0.0, 0.0, 0.0};
+#pragma unroll
+  for (int k = 0; k < kRegs; ++k)
+    if (t + k * bd < len) sq[k & 3] += double(xv[k]) * double(xv[k]);
+  const float r = rms_scale_from(block_sum_d(((sq[0] + sq[1]) + sq[2]) + sq[3], red), len, eps);
+#pragma unroll
+  for (int k = 0; k < kRegs; ++k) {
+    const int i = t + k * bd;
+    if (i >= len) break;
+    const float v = __fmul_rn(xv[k], r);
+    const float o = w ? __fmul_rn(wv[k], v) : v;
+    ys[i] = R ? round_bf16(o) : o;
+  }
+}
+
+}  // namespace
+
+// grid (rows * groups), block any multiple of 32 with len <= 8 * blockDim (the runtime's choice: up to 1024
+// threads, ~4 values a thread).
+extern "C" __global__ void smelt_rms_norm_regs(const float* x, float* y, const void* w, int wdt, int len, float eps) {
+  SMELT_KERNEL_PROLOGUE_WEIGHTS_FIRST();
+  rms_norm_regs_body<false>(x, y, w, wdt, len, eps);
+}
+extern "C" __global__ void smelt_rms_norm_regs_bf16(const float* x, float* y, const void* w, int wdt, int len,
+                                                    float eps) {
+  SMELT_KERNEL_PROLOGUE_WEIGHTS_FIRST();
+  rms_norm_regs_body<true>(x, y, w, wdt, len, eps);
+}

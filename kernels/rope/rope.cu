@@ -1,7 +1,8 @@
 // smelt.rope: interleaved pairs (2i, 2i+1) of the last rope_dim channels of every head rotate by
 // inv_freq[i] * position (the negative angle when inverse). The inverse frequencies are computed on the host
 // exactly as the cpu backend does (rope_inv_freq / rope_inv_freq_v41) and passed by value. y may alias x.
-// grid (rows, head blocks: 1 or more), block 128.
+// smelt_rope / smelt_rope_bf16: grid (rows, head blocks: 1 or more), block 128 (SMELT_CUDA_DECODE_KERNELS=0).
+// smelt_rope_units / smelt_rope_units_bf16: the same bits in one pass without a barrier, see below.
 #include "kernels/cuda/common.cuh"
 
 using namespace smelt_dev;
@@ -57,4 +58,48 @@ extern "C" __global__ void smelt_rope_bf16(const float* x, float* y, const StepI
                                            int rope_dim, int inverse, InvFreq f) {
   SMELT_KERNEL_PROLOGUE();
   rope_body<true>(x, y, step, heads, head_dim, rope_dim, inverse, f);
+}
+
+// One pass over a row, a thread per unit: a unit is one non-rotated channel or one rotated pair of a head. Each
+// value is read once, rotated or rounded in registers and written once (smelt_rope copied the row, synchronised,
+// read the pairs back and made a third pass to round, four dependent memory round trips for a few thousand
+// values). Every element gets the operations smelt_rope gives it, in the same order: the same bits.
+// grid (rows, ceil(heads * (head_dim - rope_dim / 2) / blockDim)), any block.
+template <bool R>
+__device__ __forceinline__ void rope_units_body(const float* x, float* y, const StepInfo* step, int heads,
+                                                int head_dim, int rope_dim, int inverse, const InvFreq& f) {
+  const i64 r = blockIdx.x;
+  const int half = rope_dim / 2, nope = head_dim - rope_dim, per = nope + half;
+  const int u = blockIdx.y * blockDim.x + threadIdx.x;
+  if (u >= heads * per) return;
+  const int h = u / per, j = u - h * per;
+  const i64 at = r * i64(heads) * head_dim + i64(h) * head_dim;
+  if (j < nope) {
+    const float v = x[at + j];
+    y[at + j] = R ? round_bf16(v) : v;
+    return;
+  }
+  const int i = j - nope;
+  const float* xv = x + at + nope + 2 * i;
+  const float a = xv[0], b = xv[1];
+  const float pos = float(step->p0 + r);
+  const float angle = __fmul_rn(f.v[i], pos);
+  float sn, cs;
+  sincosf(angle, &sn, &cs);
+  if (inverse) sn = -sn;
+  const float o0 = __fsub_rn(__fmul_rn(a, cs), __fmul_rn(b, sn)), o1 = __fadd_rn(__fmul_rn(b, cs), __fmul_rn(a, sn));
+  float* yv = y + at + nope + 2 * i;
+  yv[0] = R ? round_bf16(o0) : o0;
+  yv[1] = R ? round_bf16(o1) : o1;
+}
+
+extern "C" __global__ void smelt_rope_units(const float* x, float* y, const StepInfo* step, int heads, int head_dim,
+                                            int rope_dim, int inverse, InvFreq f) {
+  SMELT_KERNEL_PROLOGUE();
+  rope_units_body<false>(x, y, step, heads, head_dim, rope_dim, inverse, f);
+}
+extern "C" __global__ void smelt_rope_units_bf16(const float* x, float* y, const StepInfo* step, int heads,
+                                                 int head_dim, int rope_dim, int inverse, InvFreq f) {
+  SMELT_KERNEL_PROLOGUE();
+  rope_units_body<true>(x, y, step, heads, head_dim, rope_dim, inverse, f);
 }

@@ -159,13 +159,20 @@ bool split_attention(Ctx& c, const AttnArgs& a) {
   const DevPtr psum = c.scratch(uint64_t(H * tiles) * 4), nmax = c.scratch(uint64_t(H * tiles) * 4);
   const DevPtr pv = c.scratch(uint64_t(H * tiles * a.hd) * 4);
   if (l.rows != 1 || !detail::decode_kernels()) return false;
-  // 8 heads a block (they share the K=V rows); the tiles kernel's z covers 256 channels each.
+  // Scores: 8 heads a block (they share the K=V rows), spb slots a block: short lists (2 tiles) in parts of 8
+  // slots so ~128 blocks run, not 16; up to 16 tiles the tiles kernel folds the tile maxima from the scores, past
+  // that whole tiles (the scores kernel writes them). Tiles: hpb heads a block, the fewest K=V re-reads that still
+  // give >= 128 blocks; z covers 256 channels each. Merge: a thread per channel.
   const unsigned hg = unsigned((H + 7) / 8), hz = unsigned((a.hd + 255) / 256);
-  c.go("smelt_attn_dec_scores", unsigned(tiles), hg, 1, 256, 0, a, l.step, int(H), int(Lmax), int(tiles), sc, tmax);
-  c.go("smelt_attn_dec_tiles", unsigned(tiles), hg, hz, 256, 0, a, l.step, int(H), int(Lmax), int(tiles), sc, tmax,
-       psum, nmax, pv);
-  c.go("smelt_attn_dec_merge", unsigned(H), 1, 1, 128, 0, a, l.step, int(tiles), psum, nmax, pv,
-       int(is_round(c.op())), l.out[0]);
+  const int spb = tiles <= 4 ? 8 : tiles <= 16 ? 16 : 64;
+  int hpb = 8;
+  while (hpb > 1 && tiles * ((H + hpb - 1) / hpb) * hz < 128) hpb /= 2;
+  c.go("smelt_attn_dec_scores", unsigned(tiles * (64 / spb)), hg, 1, 256, 0, a, l.step, int(H), int(Lmax), int(tiles),
+       spb, sc, tmax);
+  c.go("smelt_attn_dec_tiles", unsigned(tiles), unsigned((H + hpb - 1) / hpb), hz, 256, 0, a, l.step, int(H),
+       int(Lmax), int(tiles), hpb, sc, spb == 64 ? tmax : DevPtr(0), psum, nmax, pv);
+  c.go("smelt_attn_dec_merge", unsigned(H), unsigned((a.hd + 127) / 128), 1, 128, 0, a, l.step, int(tiles), psum,
+       nmax, pv, int(is_round(c.op())), l.out[0]);
   c.round_done = true;
   return true;
 }
@@ -312,10 +319,22 @@ void run_v4(Ctx& c) {
     case OpKind::HcMix: {
       const int n = int(op.i("hc_mult")), len = int(l.in_w[0]), outs = (2 + n) * n;
       if (n > 8) c.fail("hc_mult " + std::to_string(n) + " exceeds the cuda kernels' 8");
-      const DevPtr m = c.scratch(uint64_t(rows) * outs * 4);
       const DeviceWeight *fn = weight(l, 0), *base = weight(l, 1), *scale = weight(l, 2);
+      const bool v41 = op.s("variant") == "v41";
+      if (v41 && n <= 5 && len <= 32 * 1024 && detail::decode_kernels()) {
+        // The logits' 1024 partial sums per output over 4 blocks each (96 at hc_mult 4), then their fold and the
+        // Sinkhorn in one block per row: the bits of the two kernels below (kernels/hc/hc.cu).
+        const DevPtr part = c.scratch(uint64_t(rows) * (outs + 1) * 32 * 8);
+        c.go("smelt_hc_mix_partials", unsigned(outs * 4), R, 1, 256, 0, l.in[0], len, ptr(fn),
+             detail::float_dt(c, fn, "fn"), int(1024), part);
+        c.go("smelt_hc_mix_sinkhorn", R, 1, 1, 128, 0, part, len, int(1024), float(op.f("norm_eps")), n, ptr(base),
+             detail::float_dt(c, base, "base"), ptr(scale), detail::float_dt(c, scale, "scale"),
+             int(op.i("sinkhorn_iters")), float(op.f("hc_eps")), l.out[0], l.out[1], l.out[2]);
+        break;
+      }
+      const DevPtr m = c.scratch(uint64_t(rows) * outs * 4);
       c.go("smelt_hc_mix_logits", unsigned(outs), R, 1, 1024, 0, l.in[0], len, ptr(fn), detail::float_dt(c, fn, "fn"),
-           float(op.f("norm_eps")), int(op.s("variant") == "v41"), m);
+           float(op.f("norm_eps")), int(v41), m);
       // A warp per row (lane per element of comb, same bits) while n * n fits a warp; SMELT_CUDA_DECODE_KERNELS=0:
       // the serial kernel.
       const bool warp = n <= 5 && detail::decode_kernels();
@@ -356,8 +375,13 @@ void run_v4(Ctx& c) {
       c.round_done = is_round(op);
       // ~4 values a thread, from len only (row-count invariant): 5120 -> 1024 threads, 128 -> 32.
       const unsigned threads = unsigned(std::clamp<int64_t>(cdiv(cdiv(len, 4), 32) * 32, 32, 1024));
-      c.go(c.round_done ? "smelt_rms_norm_bf16" : "smelt_rms_norm", unsigned(rows * groups), 1, 1, threads, 0, l.in[0],
-           l.out[0], ptr(w), detail::float_dt(c, w, "weight"), len, float(op.f("eps")));
+      // Up to 8 values a thread: weights loaded before the dependent-launch wait, values kept in registers (same
+      // bits at the same block size).
+      const bool regs = detail::decode_kernels() && int64_t(len) <= 8 * int64_t(threads);
+      const char* name = regs ? (c.round_done ? "smelt_rms_norm_regs_bf16" : "smelt_rms_norm_regs")
+                              : (c.round_done ? "smelt_rms_norm_bf16" : "smelt_rms_norm");
+      c.go(name, unsigned(rows * groups), 1, 1, threads, 0, l.in[0], l.out[0], ptr(w), detail::float_dt(c, w, "weight"),
+           len, float(op.f("eps")));
       break;
     }
     case OpKind::Linear: {
@@ -386,9 +410,15 @@ void run_v4(Ctx& c) {
     case OpKind::Rope: {
       const InvFreq f = detail::inv_freq_arg(c, detail::attr_s(op, "variant") == "v41");
       c.round_done = is_round(op);
-      const int heads = int(op.i("heads"));  // a row's heads over up to 16 blocks
+      const int heads = int(op.i("heads")), hd = int(op.i("head_dim")), rd = int(op.i("rope_dim"));
+      if (detail::decode_kernels()) {  // a thread per channel or rotated pair, one pass (same bits)
+        c.go(c.round_done ? "smelt_rope_units_bf16" : "smelt_rope_units", R, cdiv(int64_t(heads) * (hd - rd / 2), 256),
+             1, 256, 0, l.in[0], l.out[0], l.step, heads, hd, rd, int(op.i("inverse") != 0), f);
+        break;
+      }
+      // a row's heads over up to 16 blocks
       c.go(c.round_done ? "smelt_rope_bf16" : "smelt_rope", R, unsigned(std::min(heads, 16)), 1, 128, 0, l.in[0],
-           l.out[0], l.step, heads, int(op.i("head_dim")), int(op.i("rope_dim")), int(op.i("inverse") != 0), f);
+           l.out[0], l.step, heads, hd, rd, int(op.i("inverse") != 0), f);
       break;
     }
     case OpKind::WindowKvUpdate:
@@ -452,11 +482,16 @@ void run_v4(Ctx& c) {
         vocab = t2e->shape.empty() ? 0 : t2e->shape[0];
       }
       if (E * 8 > 48 * 1024) c.fail("too many experts for the cuda router's shared memory");
-      if (detail::decode_kernels()) {  // gate dots over many blocks, parallel selection: the same outputs
+      // Gate dots over many blocks (their gate rows and x staged in shared memory), parallel selection: the same
+      // outputs. Two experts a block while their rows fit 96 KiB, else one.
+      const int D = int(l.in_w[0]), gsz = detail::float_dt(c, gate, "gate") == 0 ? 4 : 2;
+      auto dots_smem = [&](int warps) { return unsigned((int64_t(warps) * D * gsz + 15) / 16 * 16 + int64_t(D) * 4); };
+      const int gwarps = dots_smem(2) <= 96 * 1024 ? 2 : 1;
+      if (detail::decode_kernels() && dots_smem(gwarps) <= 96 * 1024 && (3 * E + K) * 4 <= 48 * 1024) {
         const DevPtr dots = c.scratch(uint64_t(rows) * E * 4);
-        c.go("smelt_moe_gate_dots", cdiv(E, 2), R, 1, 64, 0, l.in[0], int(l.in_w[0]), ptr(gate),
-             detail::float_dt(c, gate, "gate"), E, dots);
-        c.go("smelt_moe_route_select", R, 1, 1, 256, unsigned(3 * E * 4), dots, E, ptr(bias),
+        c.go("smelt_moe_gate_dots", cdiv(E, gwarps), R, 1, unsigned(32 * gwarps), dots_smem(gwarps), l.in[0], D,
+             ptr(gate), detail::float_dt(c, gate, "gate"), E, dots);
+        c.go("smelt_moe_route_select", R, 1, 1, 256, unsigned((3 * E + K) * 4), dots, E, ptr(bias),
              detail::float_dt(c, bias, "bias"), ptr(t2e), t64, vocab, l.in[1], K, scoring,
              int(op.i("norm_topk_prob") != 0), float(op.f("route_scale")), float(detail::attr_f(op, "gate_temp", 1.0)),
              l.out[0], l.out[1]);

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "kernels/bf16.h"
+#include "kernels/indexer/reference.h"
 #include "kernels/quant/reference.h"
 #include "runtime/cuda/kernel_args.h"
 #include "tests/kernels_cuda/harness.h"
@@ -226,8 +227,8 @@ TEST(CudaDecodeKernels, MoeDecodeGemvsEqualTheSlotKernels) {
     }
 }
 
-// The split kernels serve 8 heads a block (scores: one K=V load for 8 dots; tiles: 8 heads' P.V per channel) and
-// must keep every number of the one-block kernel. Shapes: the V4.1-Flash decode (64 heads x 512, window 128 + top-k
+// The split kernels serve 8 heads a block in the scores (one K=V load for 8 dots; spb slots a block) and hpb heads'
+// P.V per channel in the tiles kernel, and must keep every number of the one-block kernel. Shapes: the V4.1-Flash decode (64 heads x 512, window 128 + top-k
 // 512 = 10 full tiles), a partial last tile, heads not a multiple of 8, hd not a multiple of 256 (the tiles kernel's
 // last z block part empty), window only (2 tiles), V4 (fp32 sums) and V4.1 (double sums, rb 0 / 1).
 TEST(CudaDecodeKernels, SplitAttentionEqualsTheOneBlockKernel) {
@@ -270,12 +271,27 @@ TEST(CudaDecodeKernels, SplitAttentionEqualsTheOneBlockKernel) {
     DevPtr pv = gpu().alloc(size_t(H) * tiles * hd * 4);
     const unsigned hg = unsigned((H + 7) / 8), hz = unsigned((hd + 255) / 256);
     gpu().launch("attention", "smelt_sparse_attention", 1, H, 1, 128, 0, g, st, 1, out0);
-    gpu().launch("attention", "smelt_attn_dec_scores", tiles, hg, 1, 256, 0, g, st, H, Lmax, tiles, sc, tmax);
-    gpu().launch("attention", "smelt_attn_dec_tiles", tiles, hg, hz, 256, 0, g, st, H, Lmax, tiles, sc, tmax, psum,
-                 nmax, pv);
-    gpu().launch("attention", "smelt_attn_dec_merge", H, 1, 1, 128, 0, g, st, tiles, psum, nmax, pv, 0, out1);
-    auto a = gpu().get<float>(out0, size_t(H) * hd), b = gpu().get<float>(out1, size_t(H) * hd);
-    expect_bits_equal(b.data(), a.data(), a.size(), cs.what);
+    auto a = gpu().get<float>(out0, size_t(H) * hd);
+    // Every scores part size (spb < 64: the tiles kernel folds the tile maxima from sc) and heads per tiles block.
+    const int shapes[][2] = {{8, 1}, {8, 2}, {16, 8}, {32, 4}, {64, 8}, {64, 2}};  // {spb, hpb}
+    for (const auto& sh : shapes) {
+      const int spb = sh[0], hpb = sh[1];
+      // Poison what a previous shape left, so every number must be written again.
+      const std::vector<float> junk(size_t(H) * std::max<int>(Lmax, tiles * hd), 12345.f);
+      gpu().upload(out1, junk.data(), size_t(H) * hd * 4);
+      gpu().upload(sc, junk.data(), size_t(H) * Lmax * 4);
+      gpu().upload(tmax, junk.data(), size_t(H) * tiles * 4);
+      gpu().upload(pv, junk.data(), size_t(H) * tiles * hd * 4);
+      gpu().launch("attention", "smelt_attn_dec_scores", tiles * (64 / spb), hg, 1, 256, 0, g, st, H, Lmax, tiles, spb,
+                   sc, tmax);
+      gpu().launch("attention", "smelt_attn_dec_tiles", tiles, unsigned((H + hpb - 1) / hpb), hz, 256, 0, g, st, H,
+                   Lmax, tiles, hpb, sc, spb == 64 ? tmax : DevPtr(0), psum, nmax, pv);
+      gpu().launch("attention", "smelt_attn_dec_merge", H, unsigned((hd + 127) / 128), 1, 128, 0, g, st, tiles, psum,
+                   nmax, pv, 0, out1);
+      auto b = gpu().get<float>(out1, size_t(H) * hd);
+      expect_bits_equal(b.data(), a.data(), a.size(),
+                        std::string(cs.what) + " spb " + std::to_string(spb) + " hpb " + std::to_string(hpb));
+    }
   }
 }
 
@@ -459,9 +475,10 @@ TEST(CudaDecodeKernels, SplitRouterEqualsTheOneBlockRouter) {
                i1 = gpu().alloc(rows * K * 4), dots = gpu().alloc(size_t(rows) * E * 4);
         gpu().launch("moe", "smelt_moe_route", rows, 1, 1, 256, unsigned(2 * E * 4), dx, D, dg, gdt, E, db, 0,
                      DevPtr(0), 0, int64_t(0), ids, K, scoring, 1, 2.5f, 1.0f, w0, i0);
-        // The runtime's launch: 2 warps a block.
-        gpu().launch("moe", "smelt_moe_gate_dots", (E + 1) / 2, rows, 1, 64, 0, dx, D, dg, gdt, E, dots);
-        gpu().launch("moe", "smelt_moe_route_select", rows, 1, 1, 256, unsigned(3 * E * 4), dots, E, db, 0, DevPtr(0), 0,
+        // The runtime's launch: 2 warps a block, their gate rows and the x row in shared memory.
+        const unsigned gsm = unsigned((2 * D * (gdt ? 2 : 4) + 15) / 16 * 16 + D * 4);
+        gpu().launch("moe", "smelt_moe_gate_dots", (E + 1) / 2, rows, 1, 64, gsm, dx, D, dg, gdt, E, dots);
+        gpu().launch("moe", "smelt_moe_route_select", rows, 1, 1, 256, unsigned((3 * E + K) * 4), dots, E, db, 0, DevPtr(0), 0,
                      int64_t(0), ids, K, scoring, 1, 2.5f, 1.0f, w1, i1);
         auto a = gpu().get<int32_t>(i0, rows * K), b = gpu().get<int32_t>(i1, rows * K);
         EXPECT_EQ(a, b) << "scoring " << scoring;
@@ -519,3 +536,129 @@ TEST(CudaDecodeKernels, RoundingEntryPointsEqualKernelThenRound) {
 }
 
 }  // namespace
+
+// smelt_engram_gate at the V4.1-Flash decode shape (4 streams x 5120, 256 threads: 20 steps a thread, loaded at
+// once) and at D = 7000 (two load rounds, a partial last one), F32 and BF16 weights, rb 0 / 1, in place as the plan
+// runs it. The three sums are written out here with the kernel's order (thread t's double chain over d = t, t + 256,
+// ..., then block_sum_d's trees) and so is every float step after them, except expf: the device's expf may differ
+// from the host's by an ulp or two, so the gate must be 1 / (1 + e) for one e within 3 ulp of the host's, the same
+// e for all D outputs of the (row, stream), each output bit for bit.
+TEST(CudaDecodeKernels, EngramGateDecodeShapeBitForBit) {
+  NEED_GPU();
+  using smelt::kernels::round_bf16;
+  const int n = 4, rows = 2;
+  for (int D : {5120, 7000})
+    for (int wdt : {0, 1})
+      for (int rb : {0, 1}) {
+        auto X = randn(size_t(rows) * n * D, 121, 0.5f), kv = randn(size_t(rows) * (n + 1) * D, 122);
+        auto qw = randn(size_t(n) * D, 123, 0.2f), kw = randn(size_t(n) * D, 124, 0.2f);
+        std::vector<uint16_t> qw16(qw.size()), kw16(kw.size());
+        if (wdt)
+          for (size_t k = 0; k < qw.size(); ++k) {
+            qw[k] = round_bf16(qw[k]), kw[k] = round_bf16(kw[k]);
+            uint32_t u, v;
+            std::memcpy(&u, &qw[k], 4), std::memcpy(&v, &kw[k], 4);
+            qw16[k] = uint16_t(u >> 16), kw16[k] = uint16_t(v >> 16);
+          }
+        for (float& v : kv) v = round_bf16(v);  // the kv projection's bf16 outputs
+        const float eps = 1e-6f, inv = float(std::pow(double(D), -0.5));
+        DevPtr dX = gpu().put(X), dkv = gpu().put(kv);
+        DevPtr dq = wdt ? gpu().put(qw16) : gpu().put(qw), dk = wdt ? gpu().put(kw16) : gpu().put(kw);
+        gpu().launch("engram", "smelt_engram_gate", n, rows, 1, 256, 0, dX, dkv, dq, wdt, dk, wdt, D, eps, inv, rb, dX);
+        auto y = gpu().get<float>(dX, X.size());
+        for (int r = 0; r < rows; ++r)
+          for (int c = 0; c < n; ++c) {
+            const float* h = X.data() + (size_t(r) * n + c) * D;
+            const float* key = kv.data() + size_t(r) * (n + 1) * D + size_t(c) * D;
+            const float* value = kv.data() + size_t(r) * (n + 1) * D + size_t(n) * D;
+            double sums[3][32] = {}, lanes[3][32];
+            for (int w = 0; w < 8; ++w) {
+              for (int L = 0; L < 32; ++L) {
+                double dot = 0.0, hh = 0.0, kk = 0.0;
+                for (int d = w * 32 + L; d < D; d += 256) {
+                  const float wq = qw[size_t(c) * D + d] * kw[size_t(c) * D + d];
+                  const float hw = h[d] * wq;
+                  dot += double(hw * key[d]);
+                  hh += double(h[d]) * double(h[d]);
+                  kk += double(key[d]) * double(key[d]);
+                }
+                lanes[0][L] = dot, lanes[1][L] = hh, lanes[2][L] = kk;
+              }
+              for (int j = 0; j < 3; ++j) sums[j][w] = butterfly(lanes[j]);
+            }
+            const double dot = butterfly(sums[0]), hh = butterfly(sums[1]), kk = butterfly(sums[2]);
+            const float rh = 1.f / std::sqrt(float(hh / double(D)) + eps), rk = 1.f / std::sqrt(float(kk / double(D)) + eps);
+            const float rstd = rh * rk;
+            const float g = (float(dot) * rstd) * inv;
+            const float mag = std::sqrt(std::fabs(g) > 1e-6f ? std::fabs(g) : 1e-6f);
+            const float e0 = std::exp(-std::copysign(mag, g));
+            const float* got = y.data() + (size_t(r) * n + c) * D;
+            bool found = false;
+            for (int k = -3; k <= 3 && !found; ++k) {
+              float e = e0;
+              for (int s = 0; s < std::abs(k); ++s) e = std::nextafter(e, k > 0 ? 2.f * e + 1.f : 0.f);
+              const float gate = 1.f / (1.f + e);
+              bool all = true;
+              for (int d = 0; d < D && all; ++d) {
+                const float gv = gate * value[d];
+                float v = h[d] + gv;
+                if (rb) v = round_bf16(v);
+                uint32_t a, b;
+                std::memcpy(&a, &v, 4), std::memcpy(&b, &got[d], 4);
+                all = a == b;
+              }
+              found = all;
+            }
+            EXPECT_TRUE(found) << "engram gate D " << D << " wdt " << wdt << " rb " << rb << " row " << r << " stream "
+                               << c;
+          }
+      }
+}
+
+// The V4.1 indexer at the decode shape (32 index heads x 128, S = 2065 compressed entries at ratio 2 and position
+// 4129, top-k 512; candidate blocks of 64, 16 kept) against the cpu reference: the selection kernels keep their keys
+// in registers up to 4096 entries (and the candidate blocks' scores, folded once); S = 5000 at ratio 1 takes the
+// uncached path. rb 1 (bf16 scores: many ties, broken by index) and 0.
+TEST(CudaDecodeKernels, IndexerV41SelectionDecodeShape) {
+  NEED_GPU();
+  namespace k = smelt::kernels;
+  struct Case {
+    int S, ratio;
+    int64_t p0;
+  };
+  const int H = 32, hd = 128, topk = 512, bs = 64, CB = 16, rows = 1;
+  for (const Case& cs : {Case{2065, 2, 4129}, Case{5000, 1, 4999}})
+    for (int rb : {1, 0}) {
+      const int S = cs.S;
+      auto bf = [](std::vector<float> v) {
+        for (float& x : v) x = smelt::kernels::round_bf16(x);
+        return v;
+      };
+      auto qv = bf(randn(size_t(rows) * H * hd, 131, 0.3f)), w = bf(randn(size_t(rows) * H, 132));
+      auto keys = bf(randn(size_t(S) * hd, 133));
+      k::IndexerV41Args a;
+      a.rows = rows, a.heads = H, a.head_dim = hd, a.ratio = cs.ratio, a.topk = topk, a.p0 = cs.p0, a.q = qv.data();
+      a.w = w.data(), a.keys = keys.data(), a.model_numerics = rb != 0;
+      a.candidate_blocks = CB, a.candidate_block_size = bs, a.is_candidate_source = true;
+      std::vector<int32_t> idx_src(size_t(rows) * topk), cand(size_t(rows) * CB), idx_con(idx_src.size());
+      k::indexer_v41(a, idx_src.data(), cand.data());
+      a.is_candidate_source = false, a.cand_in = cand.data();
+      k::indexer_v41(a, idx_con.data(), nullptr);
+      DevPtr dq = gpu().put(qv), dw = gpu().put(w), dk = gpu().put(keys);
+      DevPtr st = smelt::test_cuda::step_info(gpu(), cs.p0, rows);
+      DevPtr sc = gpu().alloc(size_t(rows) * S * 4), di = gpu().alloc(size_t(rows) * topk * 4);
+      DevPtr dc = gpu().alloc(size_t(rows) * CB * 4);
+      const std::string what = "S " + std::to_string(S) + " rb " + std::to_string(rb);
+      gpu().launch("indexer", "smelt_indexer_v41_scores", unsigned((S + 7) / 8), rows, 1, 256, unsigned(H * hd * 4),
+                   dq, dw, dk, int64_t(S), st, H, hd, cs.ratio, rb, sc);
+      gpu().launch("indexer", "smelt_indexer_candidates", rows, 1, 1, 1024, 0, sc, int64_t(S), st, cs.ratio, bs, CB,
+                   dc);
+      EXPECT_EQ(gpu().get<int32_t>(dc, cand.size()), cand) << "candidate blocks, " << what;
+      gpu().launch("indexer", "smelt_indexer_topk", rows, 1, 1, 1024, 0, sc, int64_t(S), st, cs.ratio, topk, 1,
+                   DevPtr(0), 0, bs, di);
+      EXPECT_EQ(gpu().get<int32_t>(di, idx_src.size()), idx_src) << "source top-k, " << what;
+      gpu().launch("indexer", "smelt_indexer_topk", rows, 1, 1, 1024, 0, sc, int64_t(S), st, cs.ratio, topk, 1, dc, CB,
+                   bs, di);
+      EXPECT_EQ(gpu().get<int32_t>(di, idx_con.size()), idx_con) << "consumer top-k, " << what;
+    }
+}

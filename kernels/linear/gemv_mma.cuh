@@ -29,12 +29,14 @@ constexpr int kMmaWarps = 8;  // block of 256 threads
 __host__ __device__ constexpr int mma_x_stride(int K) { return K + ((8 - (K / 4) % 32 + 32) % 32) * 4; }
 
 // Dynamic shared memory: rows_staged code rows, scales [K/32][8], K-split partials [warps][4][32], then the warps'
-// weight rings (kMmaRingBytes each, 16-byte aligned: everything before is a multiple of 32 bytes).
+// weight rings (kMmaRingBytes each, 16-byte aligned: everything before is a multiple of 32 bytes), then the warps'
+// FP8 weight-scale bytes (two matrices x K/32 blocks each, mma_scale_stride).
 __host__ __device__ constexpr int mma_ring_offset(int K, int rows_staged) {
   return rows_staged * mma_x_stride(K) + (K / 32) * 8 * 4 + kMmaWarps * 4 * 32 * 4;
 }
+__host__ __device__ constexpr int mma_scale_stride(int K) { return (2 * (K / 32) + 15) / 16 * 16; }
 __host__ __device__ constexpr int mma_smem_bytes(int K, int rows_staged) {
-  return mma_ring_offset(K, rows_staged) + kMmaWarps * 8192;
+  return mma_ring_offset(K, rows_staged) + kMmaWarps * (8192 + mma_scale_stride(K));
 }
 
 
@@ -151,22 +153,39 @@ __device__ __forceinline__ void cp_async_wait() {
 // staging, or before the dependent-launch wait: weights are never written by a kernel).
 constexpr int kMmaRingBytes = 8192;  // per warp
 
+// This warp's weight ring and FP8 scale bytes in the kernel's dynamic shared memory sm (mma_smem_bytes layout).
+__device__ __forceinline__ u8* mma_warp_ring(unsigned char* sm, int K, int rows_staged) {
+  return sm + mma_ring_offset(K, rows_staged) + (threadIdx.x >> 5) * kMmaRingBytes;
+}
+__device__ __forceinline__ u8* mma_warp_scales(unsigned char* sm, int K, int rows_staged) {
+  return sm + mma_ring_offset(K, rows_staged) + kMmaWarps * kMmaRingBytes + (threadIdx.x >> 5) * mma_scale_stride(K);
+}
+
 template <bool FP4, int NW>
 struct MmaSegment {
   static constexpr int SB = NW * 16 * (FP4 ? 16 : 32);  // bytes of a stage (one 32-block of 16 rows x NW)
-  // Stages: as many as the 8 KB ring holds, at most 16 (a power of two: the ring slot wraps by a mask).
-  static constexpr int DMAX = 16;
+  // Stages: as many as the 8 KB ring holds, at most 16 (a power of two: the ring slot wraps by a mask); 8 for two
+  // FP4 matrices, whose unrolled ring would otherwise push the scale registers to local memory.
+  static constexpr int DMAX = FP4 && NW == 2 ? 8 : 16;
   static constexpr int D = kMmaRingBytes / SB < DMAX ? kMmaRingBytes / SB : DMAX;
   static_assert((D & (D - 1)) == 0 && D >= 4, "D: a power of two of at least one group");
   const u8* src[NW];  // this lane's copy source of block 0 (FP8: row lane / 2, half lane % 2; FP4: row lane % 16)
   const u8* sA[NW];
   const u8* sB[NW];
-  int src_bytes, sh, b1_;
+  int src_bytes, sh, b0_, b1_;
   u8* ring;
-  u32 sc[D];
+  // Block scales. FP4 (a byte per row and block): a register ring beside the weight ring, static slots. FP8 (one byte
+  // per block for all 16 rows): the segment's bytes in shared memory, loaded once by prefetch(): a register ring in
+  // the rolled FP8 loop had to shift down each group, and each move waited for the newest scale loads to land, so
+  // only ~one group of blocks was really in flight per warp.
+  u32 sc[FP4 ? D : 1];
+  u8* scl;  // FP8: [NW][K/32] scale bytes of this warp's segment, block b at scl[m * nb + b - b0]
+  int nb_;
 
+  // warp_ring / warp_scales: mma_ring_offset(K, rows) + warp * kMmaRingBytes and
+  // mma_ring_offset(K, rows) + kMmaWarps * kMmaRingBytes + warp * mma_scale_stride(K) in the kernel's shared memory.
   __device__ __forceinline__ void init(const u8* const* w, const u8* const* ws, i64 n0, i64 N, int K, int blk,
-                                       u8* warp_ring) {
+                                       u8* warp_ring, u8* warp_scales) {
     const int lane = threadIdx.x & 31, g = lane >> 2;
     const bool vA = n0 + g < N, vB = n0 + g + 8 < N;
     const int nb = K / 32;
@@ -175,6 +194,8 @@ struct MmaSegment {
     src_bytes = cv ? 16 : 0;
     sh = blk_log2(blk);
     ring = warp_ring;
+    scl = warp_scales;
+    nb_ = nb;
 #pragma unroll
     for (int m = 0; m < NW; ++m) {
       const i64 row = cv ? n0 + crow : n0;
@@ -188,7 +209,7 @@ struct MmaSegment {
     }
   }
 
-  // Block b into ring slot `slot` and its scales into `scale`; one commit group per call, empty past the segment.
+  // Block b into ring slot `slot` (FP4: its scales into `scale`); one commit group per call, empty past the segment.
   __device__ __forceinline__ void issue(int slot, int b, u32& scale) {
     const int lane = threadIdx.x & 31;
     if (b < b1_) {
@@ -204,23 +225,28 @@ struct MmaSegment {
           cp_async16(ring + slot * SB + m * 512 + (lane >> 1) * 32 + (lane & 1) * 16, src[m] + i64(b) * 32,
                      src_bytes);
       }
-      u32 s = 0;
+      if (FP4) {
+        u32 s = 0;
 #pragma unroll
-      for (int m = 0; m < NW; ++m) {
-        const u32 v =
-            FP4 ? (u32(__ldg(sA[m] + b)) | (u32(__ldg(sB[m] + b)) << 8)) : u32(__ldg(sA[m] + ((b * 32) >> sh)));
-        s |= v << (16 * m);
+        for (int m = 0; m < NW; ++m) s |= (u32(__ldg(sA[m] + b)) | (u32(__ldg(sB[m] + b)) << 8)) << (16 * m);
+        scale = s;
       }
-      scale = s;
     }
     cp_async_commit();
   }
 
-  // Blocks b0 .. b0 + D - 1 into slots 0 .. D - 1 (sc[j] = block b0 + j's scales).
+  // Blocks b0 .. b0 + D - 1 into slots 0 .. D - 1 (FP4: sc[j] = block b0 + j's scales); FP8: the segment's scale
+  // bytes into shared memory (visible to the warp after run()'s first __syncwarp).
   __device__ __forceinline__ void prefetch(int b0, int b1) {
-    b1_ = b1;
+    b0_ = b0, b1_ = b1;
 #pragma unroll
-    for (int j = 0; j < D; ++j) issue(j, b0 + j, sc[j]);
+    for (int j = 0; j < D; ++j) issue(j, b0 + j, sc[FP4 ? j : 0]);
+    if (!FP4) {
+      const int lane = threadIdx.x & 31;
+      for (int i = lane; i < b1 - b0; i += 32)
+#pragma unroll
+        for (int m = 0; m < NW; ++m) scl[m * nb_ + i] = __ldg(sA[m] + (((b0 + i) * 32) >> sh));
+    }
   }
 
   // NZ: NaN weight codes count as 0 (the exact kernels' rule). The plain pass multiplies the codes as they are
@@ -254,7 +280,7 @@ struct MmaSegment {
       }
       float c[4];
       mma_e4m3(c, a0, a1, a2, a3, xv.x, xv.y);
-      const u32 sm = scale >> (16 * m);
+      const u32 sm = FP4 ? scale >> (16 * m) : u32(scl[m * nb_ + b - b0_]);
       const float wa = e8m0_decode(u8(sm)), wb = FP4 ? e8m0_decode(u8(sm >> 8)) : wa;
       if (NC == 2) {
         acc[m][0] = __fadd_rn(acc[m][0], __fmul_rn(__fmul_rn(c[0], xs0), wa));
@@ -268,29 +294,45 @@ struct MmaSegment {
     }
   }
 
-  // Blocks [b0, b1) folded into acc, in K order; expects prefetch(b0, b1) done.
-  // A rolled loop over groups of G = 4 blocks (one wait per group: their shared loads and MMAs overlap). The ring
-  // slot is a run-time index and the scales move down a register shift ring (sc[0] = the next block's), so the loop
-  // body is one group: the fully unrolled ring (D / G groups, x2 for the NZ pass, x2 row variants) was 170 KB of
-  // SASS and Nsight Compute showed the warps stalled on instruction fetch ~60% of the time.
+  // Blocks [b0, b1) folded into acc, in K order; expects prefetch(b0, b1) done. One wait per group of G = 4
+  // blocks (their shared loads and MMAs overlap).
+  // FP8: a rolled loop over groups (run-time ring slot, the scales in shared memory): the fully unrolled ring (D / G
+  // groups, x2 for the NZ pass, x2 row variants) was 170 KB of SASS.
+  // FP4: the unrolled ring (static slots and scale registers): its E2M1 -> E4M3 lookups make it bound by issue, not
+  // by instruction fetch, and the rolled loop measured 6-10% slower for it (moe up / down, H200).
   template <int NC, bool NZ>
   __device__ __forceinline__ void run(int b0, int b1, const u8* xrow, const float* xsl, float (*acc)[2 * NC]) {
     constexpr int G = 4;
     static_assert(D % G == 0, "the ring holds whole groups");
-    int slot = 0;
+    if constexpr (FP4) {
+      for (int bb = b0; bb < b1; bb += D) {
+#pragma unroll
+        for (int j0 = 0; j0 < D; j0 += G) {
+          if (bb + j0 >= b1) break;  // uniform
+          cp_async_wait<D - G>();
+          __syncwarp();
+#pragma unroll
+          for (int j = j0; j < j0 + G; ++j)
+            if (bb + j < b1) consume<NC, NZ>(j, bb + j, sc[j], xrow, xsl, acc);
+          __syncwarp();
+#pragma unroll
+          for (int j = j0; j < j0 + G; ++j) issue(j, bb + j + D, sc[j]);
+        }
+      }
+    } else {
+      int slot = 0;
 #pragma unroll 1
-    for (int b = b0; b < b1; b += G) {
-      cp_async_wait<D - G>();  // this lane's copies of blocks b .. b + G - 1 have landed ...
-      __syncwarp();            // ... and every lane's
+      for (int b = b0; b < b1; b += G) {
+        cp_async_wait<D - G>();  // this lane's copies of blocks b .. b + G - 1 have landed ...
+        __syncwarp();            // ... and every lane's
 #pragma unroll
-      for (int j = 0; j < G; ++j)
-        if (b + j < b1) consume<NC, NZ>(slot + j, b + j, sc[j], xrow, xsl, acc);
-      __syncwarp();  // the slots read by all lanes before they are refilled
+        for (int j = 0; j < G; ++j)
+          if (b + j < b1) consume<NC, NZ>(slot + j, b + j, 0u, xrow, xsl, acc);
+        __syncwarp();  // the slots read by all lanes before they are refilled
 #pragma unroll
-      for (int j = 0; j + G < D; ++j) sc[j] = sc[j + G];
-#pragma unroll
-      for (int j = 0; j < G; ++j) issue(slot + j, b + j + D, sc[D - G + j]);
-      slot = (slot + G) & (D - 1);
+        for (int j = 0; j < G; ++j) issue(slot + j, b + j + D, sc[0]);
+        slot = (slot + G) & (D - 1);
+      }
     }
   }
 

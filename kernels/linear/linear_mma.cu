@@ -28,10 +28,11 @@ __device__ void gemv_mma_body(const float* x, float* y, const u8* w, const u8* w
   mma_seg_range(nb, seg, S, b0, b1);
   // The first group's first weight batch is loaded before the dependent-launch wait and the act-quant staging.
   MmaSegment<FP4, 1> ms;
-  u8* ring = mma_sm + mma_ring_offset(K, rows) + warp * kMmaRingBytes;
+  u8* ring = mma_warp_ring(mma_sm, K, rows);
+  u8* scl = mma_warp_scales(mma_sm, K, rows);
   const int first = int(blockIdx.x) * tpg + warp / S;
   if (int(blockIdx.x) < groups && first < tiles) {
-    ms.init(&w, &ws, i64(first) * 16, N, K, blk, ring);
+    ms.init(&w, &ws, i64(first) * 16, N, K, blk, ring, scl);
     ms.prefetch(b0, b1);
   }
   grid_dep_wait();
@@ -43,7 +44,7 @@ __device__ void gemv_mma_body(const float* x, float* y, const u8* w, const u8* w
     float acc[1][2 * NC] = {};
     if (tile < tiles) {
       if (grp != int(blockIdx.x)) {
-        ms.init(&w, &ws, i64(tile) * 16, N, K, blk, ring);
+        ms.init(&w, &ws, i64(tile) * 16, N, K, blk, ring, scl);
         ms.prefetch(b0, b1);
       }
       ms.run_checked<NC>(b0, b1, xrow, xsl, acc);

@@ -39,7 +39,7 @@ __device__ void up_mma_body(const float* x, int D, int F, int topk, const i32* i
     if (e >= 0) {
       const u8* wm[2] = {eptr(w, e, 0), eptr(w, e, 4)};
       const u8* sm[2] = {eptr(w, e, 1), eptr(w, e, 5)};
-      ms.init(wm, sm, f0, F, D, blk, mma_sm + mma_ring_offset(D, 1) + warp * kMmaRingBytes);
+      ms.init(wm, sm, f0, F, D, blk, mma_warp_ring(mma_sm, D, 1), mma_warp_scales(mma_sm, D, 1));
       ms.prefetch(b0, b1);
     }
     if (grp == int(blockIdx.x)) mma_stage_quant(x, 1, D, xq, stride, xsc);
@@ -83,7 +83,7 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
     if (e >= 0) {
       const u8* wm = eptr(w, e, 2);
       const u8* sm = eptr(w, e, 3);
-      ms.init(&wm, &sm, d0, D, F, blk, mma_sm + mma_ring_offset(F, topk) + warp * kMmaRingBytes);
+      ms.init(&wm, &sm, d0, D, F, blk, mma_warp_ring(mma_sm, F, topk), mma_warp_scales(mma_sm, F, topk));
       ms.prefetch(b0, b1);
     }
     // slot t's row: xq + t * stride, scales xsc[b * 8 + t]

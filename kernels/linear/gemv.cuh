@@ -93,6 +93,160 @@ __device__ __forceinline__ void dot_rows(const float* x, i64 ldx, int nrows, con
   for (int r = 0; r < RT; ++r) out[r] = warp_sum(acc[r]);
 }
 
+// ---- one row, several columns (decode: smelt_linear_*_r1) ------------------------------------------------------
+//
+// The same sums as dot_rows<FMT, 1>, laid out for bandwidth: a warp takes C columns at once (each activation chunk
+// is loaded once for all C), and keeps D chunks' weights in flight per column in a ring of registers (loaded
+// before the chunks ahead of them are summed, with L1 left to the activations). Each column's lane l still
+// walks chunks l, l+32, ... in order with the 8 products in order, and the sums fold with warp_sum: the same bits.
+
+// Raw weights of one 8-element chunk: 32 (f32), 16 (bf16 / f16), 8 (FP8) or 4 (FP4) bytes.
+template <int FMT>
+struct W8Raw {
+  static constexpr int R = FMT == kWF32 ? 8 : (FMT == kWFP8 ? 2 : (FMT == kWFP4 ? 1 : 4));
+  u32 q[R];
+};
+
+// Streaming weight load: read once, so not kept in L1 (the activation row is, for every column of the SM).
+template <int FMT>
+__device__ __forceinline__ void w8_fetch(const u8* p, W8Raw<FMT>& r) {
+  if constexpr (W8Raw<FMT>::R == 1) {
+    asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(r.q[0]) : "l"(p));
+  } else if constexpr (W8Raw<FMT>::R == 2) {
+    asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(r.q[0]), "=r"(r.q[1]) : "l"(p));
+  } else {
+#pragma unroll
+    for (int h = 0; h < W8Raw<FMT>::R / 4; ++h)
+      asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+          : "=r"(r.q[4 * h]), "=r"(r.q[4 * h + 1]), "=r"(r.q[4 * h + 2]), "=r"(r.q[4 * h + 3])
+          : "l"(p + 16 * h));
+  }
+}
+
+// The four E4M3 codes of v times S = 2^120 * scale, bit for bit e4m3x4_decode(v)[j] * scale when no byte of v is a
+// NaN code and S is finite (scale codes <= 134): e4m3x4_decode's 2^-120-scaled bits (sign at 31, exponent and
+// mantissa at 20..26; the arithmetic shift brings the sign down with them and the mask keeps bit 31 of it) times
+// 2^120 is exact, so one rounding of bits * S is the same as the two multiplies' one inexact rounding. ~2.75
+// integer ops and one multiply per code.
+__device__ __forceinline__ void e4m3x4_scaled(u32 v, float S, float* out) {
+  out[0] = __uint_as_float(u32(i32(v << 24) >> 4) & 0x87F00000u) * S;
+  out[1] = __uint_as_float(u32(i32(v << 16) >> 4) & 0x87F00000u) * S;
+  out[2] = __uint_as_float(u32(i32(v << 8) >> 4) & 0x87F00000u) * S;
+  out[3] = __uint_as_float(u32(i32(v) >> 4) & 0x87F00000u) * S;
+}
+
+// Bit 7 of a byte of the result is set when that byte of v is an E4M3 NaN code (0x7F / 0xFF): only those cross
+// 0x80 or wrap when 1 is added (the carry out of a wrapped 0xFF can only add false positives beside a true one).
+__device__ __forceinline__ u32 e4m3x4_nan_flip(u32 v) { return (v + 0x01010101u) ^ v; }
+
+// out[j] = x . W[n0 + j] for j < C (columns past nlast repeat nlast: loaded, summed, not meant to be stored), x one
+// row of K floats (16-byte aligned). FP8: columns n0 .. n0 + C - 1 share their scales (n0 % C == 0, C <= blk), and
+// the decode is one multiply by 2^120 * scale (e4m3x4_scaled); the rare codes it does not cover are summed again.
+template <int FMT, int C, int D>
+__device__ __forceinline__ void dot_cols_r1(const float* x, const void* w, const u8* ws, i64 n0, i64 nlast, int K,
+                                            int blk, float* out) {
+  const int lane = threadIdx.x & 31;
+  const int chunks = K / 8;
+  const int cnt = lane < chunks ? (chunks - 1 - lane) / 32 + 1 : 0;  // this lane's chunks: lane + 32 i, i < cnt
+  constexpr int EB = FMT == kWF32 ? 4 : (FMT == kWFP8 ? 1 : 2);     // bytes per element (FP4: half a byte, below)
+  constexpr int SC = FMT == kWFP4 ? C : 1;                           // scale bytes per chunk: per row for FP4
+  const u8* wrow[C];
+  const u8* srow[SC];
+  int ssh = 0;  // scale index = k0 >> ssh
+#pragma unroll
+  for (int j = 0; j < C; ++j) {
+    const i64 n = n0 + j < nlast ? n0 + j : nlast;
+    wrow[j] = FMT == kWFP4 ? static_cast<const u8*>(w) + n * (K / 2) : static_cast<const u8*>(w) + n * K * EB;
+    if (FMT == kWFP8 && j == 0) {
+      ssh = blk_log2(blk);
+      srow[0] = ws + (n >> ssh) * ((K + blk - 1) >> ssh);
+    } else if (FMT == kWFP4) {
+      srow[j < SC ? j : 0] = ws + n * ((K + 31) / 32);
+      ssh = 5;
+    }
+  }
+  float acc[C];
+  u32 nan[C], emax = 0u;  // FP8: bit 7 of a byte set once a NaN code was met (e4m3x4_nan_flip); largest scale code
+#pragma unroll
+  for (int j = 0; j < C; ++j) acc[j] = 0.f, nan[j] = 0u;
+
+  W8Raw<FMT> q[D][C];
+  u32 e[D][SC];
+  auto fetch = [&](int slot, int i) {
+    const int k0 = (lane + 32 * i) * 8;
+#pragma unroll
+    for (int j = 0; j < C; ++j) w8_fetch<FMT>(wrow[j] + (FMT == kWFP4 ? k0 / 2 : k0 * EB), q[slot][j]);
+    if (FMT == kWFP8 || FMT == kWFP4)
+#pragma unroll
+      for (int j = 0; j < SC; ++j) e[slot][j] = __ldg(srow[j] + (k0 >> ssh));
+  };
+#pragma unroll
+  for (int d = 0; d < D; ++d)
+    if (d < cnt) fetch(d, d);
+
+  for (int i0 = 0; i0 < cnt; i0 += D) {
+#pragma unroll
+    for (int d = 0; d < D; ++d) {
+      const int i = i0 + d;
+      if (i < cnt) {
+        const float4* xp = reinterpret_cast<const float4*>(x + (lane + 32 * i) * 8);
+        const float4 a = __ldg(xp), b = __ldg(xp + 1);
+#pragma unroll
+        for (int j = 0; j < C; ++j) {
+          float v[8];
+          const u32* r = q[d][j].q;
+          if (FMT == kWF32) {
+#pragma unroll
+            for (int t = 0; t < 8; ++t) v[t] = __uint_as_float(r[t]);
+          } else if (FMT == kWBF16) {
+#pragma unroll
+            for (int t = 0; t < 4; ++t)
+              v[2 * t] = __uint_as_float(r[t] << 16), v[2 * t + 1] = __uint_as_float(r[t] & 0xffff0000u);
+          } else if (FMT == kWF16) {
+#pragma unroll
+            for (int t = 0; t < 4; ++t)
+              v[2 * t] = f16_to_f32(u16(r[t] & 0xffff)), v[2 * t + 1] = f16_to_f32(u16(r[t] >> 16));
+          } else if (FMT == kWFP8) {
+            const float S = __uint_as_float((e[d][0] + 120u) << 23);  // 2^120 * e8m0_decode(code), code <= 134
+            emax = e[d][0] > emax ? e[d][0] : emax;
+            nan[j] |= e4m3x4_nan_flip(r[0]) | e4m3x4_nan_flip(r[1]);
+            e4m3x4_scaled(r[0], S, v);
+            e4m3x4_scaled(r[1], S, v + 4);
+          } else {  // kWFP4, as load_w8
+            const float s = e8m0_decode(u8(e[d][j < SC ? j : 0]));
+#pragma unroll
+            for (int t = 0; t < 8; ++t) v[t] = e2m1_decode(u8((r[0] >> (4 * t)) & 0xF)) * s;
+          }
+          float s = acc[j];
+          s = fmaf(a.x, v[0], s), s = fmaf(a.y, v[1], s), s = fmaf(a.z, v[2], s), s = fmaf(a.w, v[3], s);
+          s = fmaf(b.x, v[4], s), s = fmaf(b.y, v[5], s), s = fmaf(b.z, v[6], s), s = fmaf(b.w, v[7], s);
+          acc[j] = s;
+        }
+        if (i + D < cnt) fetch(d, i + D);
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < C; ++j) {
+    out[j] = warp_sum(acc[j]);
+    // FP8 columns with a NaN code (summed as 480 * scale above) or a scale code > 134 (2^120 * scale not finite):
+    // summed again one code at a time, load_w8's values (e4m3_decode(code) * scale) in the same order. A compact
+    // loop: no real checkpoint gets here.
+    if (FMT == kWFP8 && __any_sync(0xffffffffu, (nan[j] & 0x80808080u) != 0u || emax > 134u)) {
+      const u8* wr = wrow[j];
+      float s = 0.f;
+#pragma unroll 1
+      for (int c = lane; c < chunks; c += 32) {
+        const float sc = e8m0_decode(__ldg(srow[0] + ((c * 8) >> ssh)));
+        const unsigned long long q8 = __ldg(reinterpret_cast<const unsigned long long*>(wr + c * 8));
+#pragma unroll 1
+        for (int t = 0; t < 8; ++t) s = fmaf(__ldg(x + c * 8 + t), e4m3_decode(u8(q8 >> (8 * t))) * sc, s);
+      }
+      out[j] = warp_sum(s);
+    }
+  }
+}
+
 // ---- act-quant (exact) ---------------------------------------------------------------------------------------
 
 // Sum over one 32-block of a row: activations xu (E4M3 values in units of 2^-9, 32 ints) times weights.

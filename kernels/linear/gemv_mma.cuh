@@ -13,12 +13,14 @@
 // (row g, n tig*2, tig*2 + 1), c2, c3 (row g + 8). A block sum does not care which k pairs with which as long as
 // A and B agree, so logical k tig*4 + i is physical byte tig*8 + i and 16 + tig*4 + i is tig*8 + 4 + i: a lane
 // reads 8 contiguous bytes of a weight row (a0 / a2 = low / high word) and of a staged row (b0 / b1).
-// FP4 (E2M1) weights become the E4M3 bytes of the same values in registers (exact) and take the same MMA.
+// FP4 (E2M1) weights take f16 MMAs (m16n8k16) instead: their nibbles become f16 * 2^-14 by shifts and masks
+// (wo_e2m1_pairs), the activation codes f16 (exact), and the block sum is the MMA sum * 2^14.
 //
 // K may be split into S segments over the warps of a block: each warp folds its segment in K order from 0, the
 // segment partials are added in segment order (deterministic; differs from one fold by fp32 rounding only).
 #pragma once
-#include "kernels/linear/gemv_aq.cuh"  // prmt
+#include "kernels/linear/gemv_aq.cuh"      // prmt
+#include "kernels/linear/gemv_wo_mma.cuh"  // wo_mma, wo_e2m1_pairs
 
 namespace smelt_dev {
 
@@ -117,10 +119,35 @@ __device__ __forceinline__ void mma_e4m3(float* d, u32 a0, u32 a1, u32 a2, u32 a
 }
 
 
-// Four E2M1 nibbles (low 16 bits of h) -> the E4M3 bytes of the same values: magnitudes {0,.5,1,1.5,2,3,4,6} are
-// E4M3 {0x00,0x30,0x38,0x3C,0x40,0x44,0x48,0x4C}, the negatives the 0x80 | variants.
-__device__ __forceinline__ u32 e2m1x4_to_e4m3(u32 h) {
-  return e2m1x4_lookup(h, 0x3C383000u, 0x4C484440u, 0xBCB8B080u, 0xCCC8C4C0u);
+// E4M3 bytes (x0..x3 in xlo, x4..x7 in xhi) -> f16 pairs (x0,x4) (x1,x5) (x2,x6) (x3,x7), exact (the B operand of the
+// FP4 path, paired as wo_e2m1_pairs pairs the weights' nibbles). sm_89+.
+__device__ __forceinline__ void e4m3x8_f16_pairs(u32 xlo, u32 xhi, u32* b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  const u32 u01 = prmt(xlo, xhi, 0x5140u), u23 = prmt(xlo, xhi, 0x7362u);  // bytes (x0,x4,x1,x5), (x2,x6,x3,x7)
+  asm("{ .reg .b16 l, h; mov.b32 {l, h}, %4; cvt.rn.f16x2.e4m3x2 %0, l; cvt.rn.f16x2.e4m3x2 %1, h;\n\t"
+      "mov.b32 {l, h}, %5; cvt.rn.f16x2.e4m3x2 %2, l; cvt.rn.f16x2.e4m3x2 %3, h; }"
+      : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+      : "r"(u01), "r"(u23));
+#else
+  b[0] = b[1] = b[2] = b[3] = 0u;
+  __trap();
+#endif
+}
+
+// E8M0 scale bytes of s as floats: the shift alone when no byte is 0x00 (2^-127) or 0xFF (NaN), e8m0_decode's selects
+// otherwise (the same values; the common case costs two instructions a scale instead of six). N: the low bytes
+// that hold scales (the others may be anything).
+template <int N>
+__device__ __forceinline__ void e8m0x4_decode(u32 s, float* f) {
+  const u32 t = N == 4 ? s : (s | (0x01010101u << (8 * N)));  // unused bytes: neither 0x00 nor 0xFF
+  const u32 zero = (t - 0x01010101u) & ~t & 0x80808080u, ff = (~t - 0x01010101u) & t & 0x80808080u;
+  if ((zero | ff) == 0) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) f[i] = __uint_as_float(((s >> (8 * i)) & 0xFFu) << 23);
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) f[i] = e8m0_decode(u8(s >> (8 * i)));
+  }
 }
 
 // cp.async (sm_80+): 16 bytes global -> shared without registers; src_bytes 0 writes zeros.
@@ -259,37 +286,59 @@ struct MmaSegment {
     uint2 xv = make_uint2(0u, 0u);
     if (xrow) xv = *reinterpret_cast<const uint2*>(xrow + b * 32 + tig * 8);
     const float xs0 = xsl[b * 8], xs1 = NC == 2 ? xsl[b * 8 + 1] : 0.f;
+    if constexpr (FP4) {
+      // f16 MMAs straight from the nibbles: wo_e2m1_pairs gives the weights as f16 * 2^-14 in four instructions a
+      // pair (the E4M3 route cost a 6-instruction lookup per four values plus sm_90's f16 conversions of both
+      // fragments); the activations' E4M3 codes are exact in f16. The block sum is c * 2^14: folded into the
+      // activation scale (both powers of two: the same rounding as (bsum * xs) * ws).
+      u32 xb[4];
+      e4m3x8_f16_pairs(xv.x, xv.y, xb);
+      const float xf0 = __fmul_rn(xs0, 16384.f), xf1 = __fmul_rn(xs1, 16384.f);
+      float ws[2 * NW];
+      e8m0x4_decode<2 * NW>(scale, ws);  // bytes: matrix m row g at 2m, row g + 8 at 2m + 1
 #pragma unroll
-    for (int m = 0; m < NW; ++m) {
-      u32 a0, a1, a2, a3;
-      if (FP4) {
+      for (int m = 0; m < NW; ++m) {
         const u8* st = ring + slot * SB + m * 256 + tig * 4;
-        const u32 ha = *reinterpret_cast<const u32*>(st + g * 16);
-        const u32 hb = *reinterpret_cast<const u32*>(st + (g + 8) * 16);
-        a0 = e2m1x4_to_e4m3(ha), a2 = e2m1x4_to_e4m3(ha >> 16);
-        a1 = e2m1x4_to_e4m3(hb), a3 = e2m1x4_to_e4m3(hb >> 16);
-      } else {
+        u32 pa[4], pb[4];
+        wo_e2m1_pairs(*reinterpret_cast<const u32*>(st + g * 16), pa);        // row g: (n0,n4) (n1,n5) (n2,n6) (n3,n7)
+        wo_e2m1_pairs(*reinterpret_cast<const u32*>(st + (g + 8) * 16), pb);  // row g + 8
+        float c[4] = {0.f, 0.f, 0.f, 0.f};
+        wo_mma(c, pa[0], pb[0], pa[1], pb[1], xb[0], xb[1]);
+        wo_mma(c, pa[2], pb[2], pa[3], pb[3], xb[2], xb[3]);
+        const float wa = ws[2 * m], wb = ws[2 * m + 1];
+        if (NC == 2) {
+          acc[m][0] = __fadd_rn(acc[m][0], __fmul_rn(__fmul_rn(c[0], xf0), wa));
+          acc[m][1] = __fadd_rn(acc[m][1], __fmul_rn(__fmul_rn(c[1], xf1), wa));
+          acc[m][2] = __fadd_rn(acc[m][2], __fmul_rn(__fmul_rn(c[2], xf0), wb));
+          acc[m][3] = __fadd_rn(acc[m][3], __fmul_rn(__fmul_rn(c[3], xf1), wb));
+        } else {
+          acc[m][0] = __fadd_rn(acc[m][0], __fmul_rn(__fmul_rn(c[0], xf0), wa));
+          acc[m][1] = __fadd_rn(acc[m][1], __fmul_rn(__fmul_rn(c[2], xf0), wb));
+        }
+      }
+    } else {
+#pragma unroll
+      for (int m = 0; m < NW; ++m) {
         const u8* st = ring + slot * SB + m * 512 + tig * 8;
         const uint2 ra = *reinterpret_cast<const uint2*>(st + g * 32);
         const uint2 rb = *reinterpret_cast<const uint2*>(st + (g + 8) * 32);
-        a0 = ra.x, a2 = ra.y, a1 = rb.x, a3 = rb.y;
+        u32 a0 = ra.x, a2 = ra.y, a1 = rb.x, a3 = rb.y;
         if (NZ) {
           a0 = e4m3x4_nan_to_zero(a0), a2 = e4m3x4_nan_to_zero(a2);
           a1 = e4m3x4_nan_to_zero(a1), a3 = e4m3x4_nan_to_zero(a3);
         }
-      }
-      float c[4];
-      mma_e4m3(c, a0, a1, a2, a3, xv.x, xv.y);
-      const u32 sm = FP4 ? scale >> (16 * m) : u32(scl[m * nb_ + b - b0_]);
-      const float wa = e8m0_decode(u8(sm)), wb = FP4 ? e8m0_decode(u8(sm >> 8)) : wa;
-      if (NC == 2) {
-        acc[m][0] = __fadd_rn(acc[m][0], __fmul_rn(__fmul_rn(c[0], xs0), wa));
-        acc[m][1] = __fadd_rn(acc[m][1], __fmul_rn(__fmul_rn(c[1], xs1), wa));
-        acc[m][2] = __fadd_rn(acc[m][2], __fmul_rn(__fmul_rn(c[2], xs0), wb));
-        acc[m][3] = __fadd_rn(acc[m][3], __fmul_rn(__fmul_rn(c[3], xs1), wb));
-      } else {
-        acc[m][0] = __fadd_rn(acc[m][0], __fmul_rn(__fmul_rn(c[0], xs0), wa));
-        acc[m][1] = __fadd_rn(acc[m][1], __fmul_rn(__fmul_rn(c[2], xs0), wb));
+        float c[4];
+        mma_e4m3(c, a0, a1, a2, a3, xv.x, xv.y);
+        const float wa = e8m0_decode(scl[m * nb_ + b - b0_]);
+        if (NC == 2) {
+          acc[m][0] = __fadd_rn(acc[m][0], __fmul_rn(__fmul_rn(c[0], xs0), wa));
+          acc[m][1] = __fadd_rn(acc[m][1], __fmul_rn(__fmul_rn(c[1], xs1), wa));
+          acc[m][2] = __fadd_rn(acc[m][2], __fmul_rn(__fmul_rn(c[2], xs0), wa));
+          acc[m][3] = __fadd_rn(acc[m][3], __fmul_rn(__fmul_rn(c[3], xs1), wa));
+        } else {
+          acc[m][0] = __fadd_rn(acc[m][0], __fmul_rn(__fmul_rn(c[0], xs0), wa));
+          acc[m][1] = __fadd_rn(acc[m][1], __fmul_rn(__fmul_rn(c[2], xs0), wa));
+        }
       }
     }
   }

@@ -3,7 +3,9 @@
 //
 // Launch (runtime/cuda/ops.cc): block 256 threads = 8 warps, one output column per warp; grid.x =
 // ceil(N / 8), grid.y = groups (1 for linear). Rows are walked in groups of 4 inside the warp, so the weight
-// row is read from memory once and reused from cache; a row's sum order never depends on `rows`.
+// row is read from memory once and reused from cache; a row's sum order never depends on `rows`. The one-row
+// kernels (_r1) take 1, 2 or 4 columns a warp, as many as grid.x * 8 warps need to cover N (ops.cc
+// weight_only_blocks); any grid is correct.
 #include "kernels/linear/gemv.cuh"
 
 using namespace smelt_dev;
@@ -36,22 +38,45 @@ __device__ void linear_body(const float* x, float* y, const void* w, const u8* w
   }
 }
 
-// One row (decode): dot_rows for a single row, as its own kernels so that the 4-row instance's registers do not
-// set their occupancy (88 -> ~40 registers on sm_90). The same per-lane chains and butterfly: the same bits.
+// One row (decode): the sums of dot_rows<FMT, 1> (the same bits), a warp taking C = 1, 2 or 4 columns at a time
+// (dot_cols_r1): the fewest that cover N with gridDim.x * warps-per-block warps (the launcher sizes the grid for
+// the C it wants; a smaller grid loops). Own kernels, so that the 4-row instance's registers do not set their
+// occupancy; bounded to 80 registers (3 blocks an SM) where that spills nothing.
+// Columns warp * C + i * warps * C (+ 0 .. C-1) of group g.
+template <int FMT, int C>
+__device__ __forceinline__ void r1_columns(const float* xg, float* y, const void* w, const u8* ws, i64 g, i64 warp,
+                                           i64 warps, int K, int N, int blk, float scale_after, int round) {
+  // Chunks in flight per column: a ring of ~16 registers of raw weights per lane (an FP4 chunk's scale byte counted
+  // as one), 2 .. 8 chunks: FP8 8 / 4 / 2 chunks for C = 1 / 2 / 4 (more spills under the 80-register bound).
+  constexpr int R = FMT == kWFP4 ? 2 : W8Raw<FMT>::R, DR = 16 / (C * R);
+  constexpr int D = DR < 2 ? 2 : (DR > 8 ? 8 : DR);
+  for (i64 n_local = warp * C; n_local < N; n_local += warps * C) {
+    const i64 n0 = g * N + n_local;
+    float out[C];
+    dot_cols_r1<FMT, C, D>(xg, w, ws, n0, g * N + N - 1, K, blk, out);
+#pragma unroll
+    for (int j = 0; j < C; ++j)
+      if ((threadIdx.x & 31) == j && n_local + j < N) {
+        float v = out[j];
+        if (scale_after != 1.f) v = __fmul_rn(v, scale_after);
+        y[n0 + j] = round ? round_bf16(v) : v;
+      }
+  }
+}
+
 template <int FMT>
 __device__ void linear_r1_body(const float* x, float* y, const void* w, const u8* ws, int K, int N, int blk,
                                float scale_after, int round) {
-  const int G = gridDim.y, g = blockIdx.y;
-  const i64 n_local = i64(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
-  if (n_local >= N) return;
-  const i64 n = i64(g) * N + n_local;
-  float out[1];
-  dot_rows<FMT, 1>(x + i64(g) * K, i64(G) * K, 1, w, ws, n, K, blk, out);
-  if ((threadIdx.x & 31) == 0) {
-    float v = out[0];
-    if (scale_after != 1.f) v = __fmul_rn(v, scale_after);
-    y[n] = round ? round_bf16(v) : v;
-  }
+  const i64 g = blockIdx.y;
+  const int wpb = blockDim.x / 32;
+  const i64 warps = i64(gridDim.x) * wpb, need = (N + warps - 1) / warps;
+  const i64 warp = i64(blockIdx.x) * wpb + (threadIdx.x >> 5);
+  const float* xg = x + g * K;
+  // A group's C weight rows g * N + n_local .. (n_local % C == 0) share one FP8 scale row when C divides N or G == 1.
+  const bool by4 = gridDim.y == 1 || N % 4 == 0, by2 = gridDim.y == 1 || N % 2 == 0;
+  if (need >= 4 && by4) r1_columns<FMT, 4>(xg, y, w, ws, g, warp, warps, K, N, blk, scale_after, round);
+  else if (need >= 2 && by2) r1_columns<FMT, 2>(xg, y, w, ws, g, warp, warps, K, N, blk, scale_after, round);
+  else r1_columns<FMT, 1>(xg, y, w, ws, g, warp, warps, K, N, blk, scale_after, round);
 }
 
 template <bool FP4>
@@ -128,28 +153,33 @@ extern "C" __global__ void smelt_act_quant_b32(const float* x, int ldx, int K, i
 
 // One-row forms (launcher: rows == 1); the `rows` argument is kept so that both forms take the same arguments.
 // Written out (no macro): tests/kernels_cuda/test_nvrtc_compile.cc finds entry points in the source text.
-extern "C" __global__ void smelt_linear_f32_r1(const float* x, float* y, const void* w, const u8* ws, int, int K, int N,
-                                               int blk, float scale_after, int round) {
+extern "C" __global__ void __launch_bounds__(256, 2)
+smelt_linear_f32_r1(const float* x, float* y, const void* w, const u8* ws, int, int K, int N, int blk,
+                     float scale_after, int round) {
   SMELT_KERNEL_PROLOGUE();
   linear_r1_body<kWF32>(x, y, w, ws, K, N, blk, scale_after, round);
 }
-extern "C" __global__ void smelt_linear_bf16_r1(const float* x, float* y, const void* w, const u8* ws, int, int K,
-                                                int N, int blk, float scale_after, int round) {
+extern "C" __global__ void __launch_bounds__(256, 3)
+smelt_linear_bf16_r1(const float* x, float* y, const void* w, const u8* ws, int, int K, int N, int blk,
+                     float scale_after, int round) {
   SMELT_KERNEL_PROLOGUE();
   linear_r1_body<kWBF16>(x, y, w, ws, K, N, blk, scale_after, round);
 }
-extern "C" __global__ void smelt_linear_f16_r1(const float* x, float* y, const void* w, const u8* ws, int, int K, int N,
-                                               int blk, float scale_after, int round) {
+extern "C" __global__ void __launch_bounds__(256, 3)
+smelt_linear_f16_r1(const float* x, float* y, const void* w, const u8* ws, int, int K, int N, int blk,
+                     float scale_after, int round) {
   SMELT_KERNEL_PROLOGUE();
   linear_r1_body<kWF16>(x, y, w, ws, K, N, blk, scale_after, round);
 }
-extern "C" __global__ void smelt_linear_fp8_r1(const float* x, float* y, const void* w, const u8* ws, int, int K, int N,
-                                               int blk, float scale_after, int round) {
+extern "C" __global__ void __launch_bounds__(256, 3)
+smelt_linear_fp8_r1(const float* x, float* y, const void* w, const u8* ws, int, int K, int N, int blk,
+                     float scale_after, int round) {
   SMELT_KERNEL_PROLOGUE();
   linear_r1_body<kWFP8>(x, y, w, ws, K, N, blk, scale_after, round);
 }
-extern "C" __global__ void smelt_linear_fp4_r1(const float* x, float* y, const void* w, const u8* ws, int, int K, int N,
-                                               int blk, float scale_after, int round) {
+extern "C" __global__ void __launch_bounds__(256, 2)
+smelt_linear_fp4_r1(const float* x, float* y, const void* w, const u8* ws, int, int K, int N, int blk,
+                     float scale_after, int round) {
   SMELT_KERNEL_PROLOGUE();
   linear_r1_body<kWFP4>(x, y, w, ws, K, N, blk, scale_after, round);
 }

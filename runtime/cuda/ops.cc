@@ -102,6 +102,18 @@ std::string weight_only_kernel(const LinearW& f, int rows) {
   return std::string("smelt_linear_") + f.fmt + (rows == 1 && decode_kernels() ? "_r1" : "");
 }
 
+// Blocks (x) of 256 threads for weight_only_kernel over N columns a group, G groups: a warp per column, but the
+// _r1 kernels take 4 or 2 columns a warp (one activation load for all) once there are >= 16 warps an SM that way.
+unsigned weight_only_blocks(const OpLaunch& l, int rows, int64_t N, int G) {
+  int cw = 1;
+  if (rows == 1 && decode_kernels()) {
+    const int64_t warps16 = int64_t(16) * (l.sms > 0 ? l.sms : 132);
+    cw = N * G >= 4 * warps16 ? 4 : (N * G >= 2 * warps16 ? 2 : 1);
+    while (G > 1 && N % cw) cw /= 2;  // as the kernel: a warp's columns share their FP8 scale row
+  }
+  return unsigned(cdiv(N, 8 * cw));
+}
+
 void linear(Ctx& c, DevPtr x, DevPtr y, const DeviceWeight* w, const DeviceWeight* s, int rows, int K, int N, bool aq,
             float scale_after, int round, const char* what) {
   const LinearW f = linear_format(c, w, s, what);
@@ -130,8 +142,8 @@ void linear(Ctx& c, DevPtr x, DevPtr y, const DeviceWeight* w, const DeviceWeigh
   }
   if (mma_kernels(c.l, 80) && try_linear_wo_mma(c, x, y, f, wp, sp, rows, K, N, 1, scale_after, round)) return;
   const std::string name = weight_only_kernel(f, rows);
-  c.go(name.c_str(), cdiv(N, 8), 1, 1, 256, 0, x, y, wp, sp, int(rows), int(K), int(N), int(f.blk), scale_after,
-       int(round));
+  c.go(name.c_str(), weight_only_blocks(c.l, rows, N, 1), 1, 1, 256, 0, x, y, wp, sp, int(rows), int(K), int(N),
+       int(f.blk), scale_after, int(round));
 }
 
 }  // namespace detail
@@ -402,8 +414,8 @@ void run_v4(Ctx& c) {
         break;
       }
       const std::string name = detail::weight_only_kernel(f, rows);  // FP8 wo_a: exact dequant, fp32 (as cpu)
-      c.go(name.c_str(), cdiv(N, 8), unsigned(G), 1, 256, 0, l.in[0], l.out[0], ptr(weight(l, 0)), ptr(weight(l, 1)),
-           rows, K, N, int(f.blk), 1.0f, int(is_round(op)));
+      c.go(name.c_str(), detail::weight_only_blocks(l, rows, N, G), unsigned(G), 1, 256, 0, l.in[0], l.out[0],
+           ptr(weight(l, 0)), ptr(weight(l, 1)), rows, K, N, int(f.blk), 1.0f, int(is_round(op)));
       c.round_done = true;
       break;
     }

@@ -94,36 +94,103 @@ TEST(CudaDecodeKernels, GemvFp8NanCodesMatchTheWarpPerColumnKernel) {
   expect_bits_equal(y.data(), r.data(), size_t(N), "fp8 with NaN codes");
 }
 
-// The one-row linears (smelt_linear_*_r1, decode) give the 4-row kernels' bits: plain and grouped (G = 3), every
-// weight format, K not a multiple of 256 (a lane's chain ends early).
+// The one-row linears (smelt_linear_*_r1, decode) give the 4-row kernels' bits: plain (N = 37: a last group of
+// columns with one valid) and grouped (G = 3, N = 36: groups start inside FP8 scale blocks), every weight
+// format, K not a multiple of 256 (a lane's chain ends early), 1, 2 and 4 columns a warp and a looping grid.
 TEST(CudaDecodeKernels, OneRowLinearsEqualTheGeneralKernelsBitForBit) {
   NEED_GPU();
-  const int K = 328, N = 37, G = 3;  // K % 8 == 0; FP8 blocks of 32 / FP4 scales per 32 need K % 32 only for FP4
-  for (const char* fmt : {"f32", "bf16", "f16", "fp8", "fp4"}) {
-    const std::string f = fmt;
-    const int Kf = f == "fp4" ? 320 : K;
-    size_t wbytes = size_t(G) * N * Kf * (f == "f32" ? 4 : (f == "bf16" || f == "f16") ? 2 : f == "fp8" ? 1 : 0);
-    if (f == "fp4") wbytes = size_t(G) * N * Kf / 2;
-    std::vector<uint8_t> w(wbytes);
-    std::mt19937 r(9);
-    for (auto& b : w) b = uint8_t(r());
-    if (f == "f32" || f == "bf16" || f == "f16")  // finite values: clear the exponent's top bit of every element
-      for (size_t i = 0; i < w.size(); ++i) {
-        const size_t el = f == "f32" ? 4 : 2;
-        if (i % el == el - 1) w[i] &= 0xBF;
+  const int K = 328;  // K % 8 == 0; FP8 blocks of 32 / FP4 scales per 32 need K % 32 only for FP4
+  for (const int G : {1, 3}) {
+    for (const char* fmt : {"f32", "bf16", "f16", "fp8", "fp4"}) {
+      const int N = G == 1 ? 37 : 36;
+      const std::string f = fmt;
+      const int Kf = f == "fp4" ? 320 : K;
+      size_t wbytes = size_t(G) * N * Kf * (f == "f32" ? 4 : (f == "bf16" || f == "f16") ? 2 : f == "fp8" ? 1 : 0);
+      if (f == "fp4") wbytes = size_t(G) * N * Kf / 2;
+      std::vector<uint8_t> w(wbytes);
+      std::mt19937 r(9);
+      for (auto& b : w) b = uint8_t(r());
+      if (f == "f32" || f == "bf16" || f == "f16")  // finite values: clear the exponent's top bit of every element
+        for (size_t i = 0; i < w.size(); ++i) {
+          const size_t el = f == "f32" ? 4 : 2;
+          if (i % el == el - 1) w[i] &= 0xBF;
+        }
+      if (f == "fp8") w = fp8_codes(w.size(), 9);
+      const size_t sn = f == "fp8" ? size_t(G) * ((N + 31) / 32) * ((Kf + 31) / 32) : size_t(G) * N * (Kf / 32);
+      auto s = e8m0_codes(sn, 10);
+      auto x = randn(size_t(G) * Kf, 11, 1.f);
+      DevPtr dx = gpu().put(x), dw = gpu().put(w), ds = gpu().put(s);
+      DevPtr y0 = gpu().alloc(size_t(G) * N * 4), y1 = gpu().alloc(size_t(G) * N * 4);
+      const std::string general = "smelt_linear_" + f, one = general + "_r1";
+      for (int round : {0, 1}) {
+        gpu().launch("linear", general.c_str(), (N + 7) / 8, G, 1, 256, 0, dx, y0, dw, ds, 1, Kf, N, 32, 0.5f, round);
+        auto a = gpu().get<float>(y0, size_t(G) * N);
+        // 1, 2 and 4 columns a warp (grids of 5, 3 and 2 blocks), and one block looping over groups of 4.
+        for (unsigned grid : {(N + 7) / 8, (N + 15) / 16, (N + 31) / 32, 1}) {
+          gpu().launch("linear", one.c_str(), grid, G, 1, 256, 0, dx, y1, dw, ds, 1, Kf, N, 32, 0.5f, round);
+          auto b = gpu().get<float>(y1, size_t(G) * N);
+          expect_bits_equal(b.data(), a.data(), a.size(),
+                            f + " G " + std::to_string(G) + " round " + std::to_string(round) + " grid " +
+                                std::to_string(grid));
+        }
       }
-    if (f == "fp8") w = fp8_codes(w.size(), 9);
-    const size_t sn = f == "fp8" ? size_t(G) * ((N + 31) / 32) * ((Kf + 31) / 32) : size_t(G) * N * (Kf / 32);
-    auto s = e8m0_codes(sn, 10);
-    auto x = randn(size_t(G) * Kf, 11, 1.f);
+    }
+  }
+}
+
+// smelt_linear_fp8_r1 (--numerics fp32 plans, V4 plans, V4.1 wo_a at decode) at the V4.1-Flash shapes gives the
+// warp-per-column kernel's bits, whatever the columns a warp (grids for 1, 2, 4 and a looping grid): random E4M3
+// codes with NaN codes in some columns, E8M0 scales 2^-9 .. 2^-2 with some blocks at the edges of the fast decode
+// (codes 0, 134, 135, 140, 254, 255), a bf16 `round` and a scale_after case. Sampled plain columns also against a
+// float64 sum of the dequantized weights (independent of both kernels).
+TEST(CudaDecodeKernels, OneRowFp8LinearRealShapesEqualTheGeneralKernelBitForBit) {
+  NEED_GPU();
+  struct Shape {
+    int N, K, G;
+  };
+  // wq_a, wq_b, wkv, wo_b, indexer wq_b, wo_a (8 groups), Engram wkv
+  const Shape shapes[] = {{1280, 5120, 1}, {32768, 1280, 1}, {512, 5120, 1},  {5120, 8192, 1},
+                          {4096, 1280, 1}, {1024, 4096, 8},  {25600, 6144, 1}};
+  uint32_t seed = 300;
+  for (const Shape& sh : shapes) {
+    const int N = sh.N, K = sh.K, G = sh.G, rows_w = G * N, sc = K / 32;
+    auto x = randn(size_t(G) * K, ++seed, 1.f);
+    x[1] = 0.f, x[2] = -0.f, x[3] = 1e-40f, x[size_t(G) * K - 2] = 300.f;
+    auto w = fp8_codes(size_t(rows_w) * K, ++seed);
+    const int nan_cols[] = {3, 100, rows_w - 1};
+    for (int n : nan_cols) w[size_t(n) * K + (n == rows_w - 1 ? K - 1 : 43)] = (n & 1) ? 0xFF : 0x7F;
+    auto s = e8m0_codes(size_t(rows_w / 32) * sc, ++seed, 118);
+    const uint8_t edge[] = {140, 0, 255, 134, 135, 254};  // scale blocks (b, b): rows 32 b .., K 32 b ..
+    for (int b = 0; b < 6; ++b) s[size_t(b) * sc + b] = edge[b];
     DevPtr dx = gpu().put(x), dw = gpu().put(w), ds = gpu().put(s);
-    DevPtr y0 = gpu().alloc(size_t(G) * N * 4), y1 = gpu().alloc(size_t(G) * N * 4);
-    const std::string general = "smelt_linear_" + f, one = general + "_r1";
-    for (int round : {0, 1}) {
-      gpu().launch("linear", general.c_str(), (N + 7) / 8, G, 1, 256, 0, dx, y0, dw, ds, 1, Kf, N, 32, 0.5f, round);
-      gpu().launch("linear", one.c_str(), (N + 7) / 8, G, 1, 256, 0, dx, y1, dw, ds, 1, Kf, N, 32, 0.5f, round);
-      auto a = gpu().get<float>(y0, size_t(G) * N), b = gpu().get<float>(y1, size_t(G) * N);
-      expect_bits_equal(b.data(), a.data(), a.size(), f + " round " + std::to_string(round));
+    DevPtr y0 = gpu().alloc(size_t(rows_w) * 4), y1 = gpu().alloc(size_t(rows_w) * 4);
+    const std::string shape = std::to_string(N) + " x " + std::to_string(K) + " G " + std::to_string(G);
+    for (int variant = 0; variant < 2; ++variant) {
+      const float scale_after = variant ? 0.375f : 1.f;
+      const int round = variant;
+      gpu().launch("linear", "smelt_linear_fp8", unsigned((N + 7) / 8), unsigned(G), 1, 256, 0, dx, y0, dw, ds, 1, K,
+                   N, 32, scale_after, round);
+      auto a = gpu().get<float>(y0, size_t(rows_w));
+      for (unsigned grid : {unsigned((N + 7) / 8), unsigned((N + 15) / 16), unsigned((N + 31) / 32), 37u}) {
+        gpu().launch("linear", "smelt_linear_fp8_r1", grid, unsigned(G), 1, 256, 0, dx, y1, dw, ds, 1, K, N, 32,
+                     scale_after, round);
+        auto b = gpu().get<float>(y1, size_t(rows_w));
+        expect_bits_equal(b.data(), a.data(), a.size(),
+                          shape + " variant " + std::to_string(variant) + " grid " + std::to_string(grid));
+      }
+      for (int n : nan_cols) ASSERT_TRUE(std::isnan(a[size_t(n)])) << shape << " column " << n;
+      if (variant) continue;
+      for (int n = 6 * 32; n < rows_w; n += 997) {  // past the edge-scale blocks; no NaN codes there
+        if (n == 100 || n == rows_w - 1) continue;
+        const int g = n / N;
+        double ref = 0, mag = 0;
+        for (int k = 0; k < K; ++k) {
+          const double p = double(x[size_t(g) * K + k]) * q::e4m3_decode(w[size_t(n) * K + k]) *
+                           q::e8m0_decode(s[size_t(n / 32) * sc + k / 32]);
+          ref += p, mag += std::fabs(p);
+        }
+        ASSERT_NEAR(a[size_t(n)], ref, 1e-5 * mag + 1e-30) << shape << " column " << n;
+      }
     }
   }
 }

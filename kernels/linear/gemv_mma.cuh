@@ -1,20 +1,23 @@
 // Decode (1..8 rows) act-quant GEMVs on FP8 tensor cores (sm_89+), shared by the linear and MoE kernels.
 //
 // The CUDA-core kernels (gemv_aq.cuh) compute every 32-block sum exactly, ~4-6 instructions per weight: at
-// decode that, not memory, bounds them. Here one mma.sync.m16n8k32 (E4M3 x E4M3, fp32 accumulate, C = 0) gives
-// the block sums of 16 weight rows (output columns) x 8 token rows at once. The hardware's accumulation inside
-// the instruction is not guaranteed exact, so the results are within a tolerance of the exact kernels, not bit
-// for bit (docs/performance.md "Tensor-core decode"). Everything else is the exact kernels' arithmetic: the same
-// act quant codes and scales, term = (bsum * x scale) * w scale, terms folded in K order in fp32.
+// decode that, not memory, bounds them. Here tensor-core MMAs give the block sums of 16 weight rows (output columns)
+// x 8 token rows at once: the E4M3 activation codes are staged as f16 (exact), the weights become f16 in registers
+// (E4M3 by cvt, exact; E2M1 nibbles by shifts and masks as f16 * 2^-14, exact) and two m16n8k16 f16 MMAs with fp32
+// accumulation sum a 32-block (sm_90 has no E4M3 mma.sync of its own: ptxas turned one into these same f16
+// conversions and HMMAs, plus conversions of the activations every block and an add of C). The hardware's
+// accumulation inside the instruction is not guaranteed exact, so the results are within a tolerance of the exact
+// kernels, not bit for bit (docs/performance.md "Tensor-core decode"). Everything else is the exact kernels'
+// arithmetic: the same act quant codes and scales, term = (bsum * x scale) * w scale, terms folded in K order in
+// fp32.
 //
-// Operands (swap AB): A = 16 weight rows x 32 k of one block, B = 32 k x 8 n with n = token row (n >= rows: 0).
-// Fragments of m16n8k32 (PTX ISA, 8-bit types), g = lane / 4, tig = lane % 4: a0 row g, k tig*4 + 0..3; a1 row
-// g + 8; a2 row g, k 16 + tig*4 + 0..3; a3 row g + 8; b0 k tig*4 + 0..3, n g; b1 k 16 + tig*4 + 0..3; c0, c1
-// (row g, n tig*2, tig*2 + 1), c2, c3 (row g + 8). A block sum does not care which k pairs with which as long as
-// A and B agree, so logical k tig*4 + i is physical byte tig*8 + i and 16 + tig*4 + i is tig*8 + 4 + i: a lane
-// reads 8 contiguous bytes of a weight row (a0 / a2 = low / high word) and of a staged row (b0 / b1).
-// FP4 (E2M1) weights take f16 MMAs (m16n8k16) instead: their nibbles become f16 * 2^-14 by shifts and masks
-// (wo_e2m1_pairs), the activation codes f16 (exact), and the block sum is the MMA sum * 2^14.
+// Operands (swap AB): A = 16 weight rows x 16 k, B = 16 k x 8 n with n = token row (n >= rows: 0). Fragments of
+// m16n8k16 (PTX ISA, f16), g = lane / 4, tig = lane % 4: a0 row g, k tig*2, tig*2 + 1; a1 row g + 8; a2 row g,
+// k 8 + tig*2 ..; a3 row g + 8; b0 k tig*2 .., n g; b1 k 8 + tig*2 ..; c0, c1 (row g, n tig*2, tig*2 + 1), c2, c3
+// (row g + 8). A block sum does not care which k pairs with which as long as A and B agree: a lane holds the 8
+// contiguous weights tig*8 .. tig*8 + 7 of rows g and g + 8 of the block and the 8 activations at the same k of
+// token row g, paired (0,1) (2,3) | (4,5) (6,7) for FP8 (MMA 0 | MMA 1) and (0,4) (1,5) | (2,6) (3,7) for FP4
+// (the pairs wo_e2m1_pairs makes), the activations re-paired to match.
 //
 // K may be split into S segments over the warps of a block: each warp folds its segment in K order from 0, the
 // segment partials are added in segment order (deterministic; differs from one fold by fp32 rounding only).
@@ -26,9 +29,9 @@ namespace smelt_dev {
 
 constexpr int kMmaWarps = 8;  // block of 256 threads
 
-// Byte stride of a staged row: K padded so that rows 0..3 start 8 banks apart (the half-warp of an 8-byte load
-// reads 4 rows x 32 bytes without bank conflicts). K % 32 == 0.
-__host__ __device__ constexpr int mma_x_stride(int K) { return K + ((8 - (K / 4) % 32 + 32) % 32) * 4; }
+// Byte stride of a staged row (K activation codes as f16, 2 bytes each): + 64 so that the 8 token rows' 16-byte
+// loads of one block (lanes g, tig at g * stride + tig * 16) fall on distinct banks. K % 32 == 0.
+__host__ __device__ constexpr int mma_x_stride(int K) { return 2 * K + 64; }
 
 // Dynamic shared memory: rows_staged code rows, scales [K/32][8], K-split partials [warps][4][32], then the warps'
 // weight rings (kMmaRingBytes each, 16-byte aligned: everything before is a multiple of 32 bytes), then the warps'
@@ -53,10 +56,22 @@ __device__ __forceinline__ u8 e4m3_cvt(float x) {
 #endif
 }
 
+// Four E4M3 codes (bytes 0..3 of v, no NaN) -> their f16 values as pairs (c0, c1) and (c2, c3), exact. sm_89+.
+__device__ __forceinline__ void e4m3x4_f16(u32 v, u32& lo, u32& hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  asm("{ .reg .b16 l, h; mov.b32 {l, h}, %2; cvt.rn.f16x2.e4m3x2 %0, l; cvt.rn.f16x2.e4m3x2 %1, h; }"
+      : "=r"(lo), "=r"(hi)
+      : "r"(v));
+#else
+  lo = hi = 0u;
+  __trap();
+#endif
+}
+
 // Act quant of `rows` rows of x (contiguous, K floats each) per token in K-blocks of 32, exactly as
-// gemv_stage_quant / smelt_act_quant_b32 (same scales, same codes), staged as E4M3 code bytes xq[r * stride + k]
-// and scales xsc[b * 8 + r]. NaN codes are staged as 0 (e4m3_units gives them 0 in the exact kernels). Call with
-// all threads; synchronises.
+// gemv_stage_quant / smelt_act_quant_b32 (same scales, same codes), staged as the codes' f16 values (exact) at
+// xq[r * stride + 2 k] (the MMAs' B operand needs no conversion per block) and scales xsc[b * 8 + r]. NaN codes are
+// staged as 0 (e4m3_units gives them 0 in the exact kernels). Call with all threads; synchronises.
 __device__ __forceinline__ void mma_stage_quant(const float* x, int rows, int K, u8* xq, int stride, float* xsc) {
   // A thread per 32-block (not a warp with shuffles): the staging sits before every block's first MMA, and the
   // serial warp version cost ~70 dependent instructions per block (Nsight Compute). The maximum of |x| is the same
@@ -97,41 +112,22 @@ __device__ __forceinline__ void mma_stage_quant(const float* x, int rows, int K,
       w[i] = e4m3x4_nan_to_zero(c);
     }
     const int r = u / nb, b = u - r * nb;
-    uint4* dst = reinterpret_cast<uint4*>(xq + r * stride + b * 32);
-    dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
-    dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
+    u32 h[16];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) e4m3x4_f16(w[i], h[2 * i], h[2 * i + 1]);
+    uint4* dst = reinterpret_cast<uint4*>(xq + r * stride + b * 64);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) dst[i] = make_uint4(h[4 * i], h[4 * i + 1], h[4 * i + 2], h[4 * i + 3]);
     xsc[b * 8 + r] = a.s;
   }
   __syncthreads();
 }
 
-// d = A B (C = 0), m16n8k32 E4M3 x E4M3 -> fp32. Only reached on sm_89+ (the kernels trap below).
-__device__ __forceinline__ void mma_e4m3(float* d, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%10, %10, %10, %10};"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.f));
-#else
-  d[0] = d[1] = d[2] = d[3] = 0.f;
-  __trap();
-#endif
-}
-
-
-// E4M3 bytes (x0..x3 in xlo, x4..x7 in xhi) -> f16 pairs (x0,x4) (x1,x5) (x2,x6) (x3,x7), exact (the B operand of the
-// FP4 path, paired as wo_e2m1_pairs pairs the weights' nibbles). sm_89+.
-__device__ __forceinline__ void e4m3x8_f16_pairs(u32 xlo, u32 xhi, u32* b) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  const u32 u01 = prmt(xlo, xhi, 0x5140u), u23 = prmt(xlo, xhi, 0x7362u);  // bytes (x0,x4,x1,x5), (x2,x6,x3,x7)
-  asm("{ .reg .b16 l, h; mov.b32 {l, h}, %4; cvt.rn.f16x2.e4m3x2 %0, l; cvt.rn.f16x2.e4m3x2 %1, h;\n\t"
-      "mov.b32 {l, h}, %5; cvt.rn.f16x2.e4m3x2 %2, l; cvt.rn.f16x2.e4m3x2 %3, h; }"
-      : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
-      : "r"(u01), "r"(u23));
-#else
-  b[0] = b[1] = b[2] = b[3] = 0u;
-  __trap();
-#endif
+// f16 pairs (x0,x1) (x2,x3) (x4,x5) (x6,x7) -> (x0,x4) (x1,x5) (x2,x6) (x3,x7): the B operand of the FP4 path, paired
+// as wo_e2m1_pairs pairs the weights' nibbles.
+__device__ __forceinline__ void f16x8_repair(uint4 x, u32* b) {
+  b[0] = prmt(x.x, x.z, 0x5410u), b[1] = prmt(x.x, x.z, 0x7632u);
+  b[2] = prmt(x.y, x.w, 0x5410u), b[3] = prmt(x.y, x.w, 0x7632u);
 }
 
 // E8M0 scale bytes of s as floats: the shift alone when no byte is 0x00 (2^-127) or 0xFF (NaN), e8m0_decode's selects
@@ -283,8 +279,8 @@ struct MmaSegment {
   __device__ __forceinline__ void consume(int slot, int b, u32 scale, const u8* xrow, const float* xsl,
                                           float (*acc)[2 * NC]) const {
     const int lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
-    uint2 xv = make_uint2(0u, 0u);
-    if (xrow) xv = *reinterpret_cast<const uint2*>(xrow + b * 32 + tig * 8);
+    uint4 xv = make_uint4(0u, 0u, 0u, 0u);  // this lane's 8 activations of the block as f16: k tig * 8 .. + 7
+    if (xrow) xv = *reinterpret_cast<const uint4*>(xrow + b * 64 + tig * 16);
     const float xs0 = xsl[b * 8], xs1 = NC == 2 ? xsl[b * 8 + 1] : 0.f;
     if constexpr (FP4) {
       // f16 MMAs straight from the nibbles: wo_e2m1_pairs gives the weights as f16 * 2^-14 in four instructions a
@@ -292,7 +288,7 @@ struct MmaSegment {
       // fragments); the activations' E4M3 codes are exact in f16. The block sum is c * 2^14: folded into the
       // activation scale (both powers of two: the same rounding as (bsum * xs) * ws).
       u32 xb[4];
-      e4m3x8_f16_pairs(xv.x, xv.y, xb);
+      f16x8_repair(xv, xb);
       const float xf0 = __fmul_rn(xs0, 16384.f), xf1 = __fmul_rn(xs1, 16384.f);
       float ws[2 * NW];
       e8m0x4_decode<2 * NW>(scale, ws);  // bytes: matrix m row g at 2m, row g + 8 at 2m + 1
@@ -327,8 +323,17 @@ struct MmaSegment {
           a0 = e4m3x4_nan_to_zero(a0), a2 = e4m3x4_nan_to_zero(a2);
           a1 = e4m3x4_nan_to_zero(a1), a3 = e4m3x4_nan_to_zero(a3);
         }
-        float c[4];
-        mma_e4m3(c, a0, a1, a2, a3, xv.x, xv.y);
+        // The E4M3 weight pairs (w0,w1) (w2,w3) of a0 and (w4,w5) (w6,w7) of a2 become f16 (exact; NaN codes f16 NaN)
+        // and meet the staged f16 activations (x0,x1) .. (x6,x7): two f16 MMAs, the second accumulating on the first
+        // (what sm_90 makes of the E4M3 mma.sync, without its conversions of the activations and its + 0).
+        u32 f[8];
+        e4m3x4_f16(a0, f[0], f[1]);  // row g: k 0-1, 2-3
+        e4m3x4_f16(a1, f[2], f[3]);  // row g + 8
+        e4m3x4_f16(a2, f[4], f[5]);  // row g: k 4-5, 6-7
+        e4m3x4_f16(a3, f[6], f[7]);
+        float c[4] = {0.f, 0.f, 0.f, 0.f};
+        wo_mma(c, f[0], f[2], f[1], f[3], xv.x, xv.y);
+        wo_mma(c, f[4], f[6], f[5], f[7], xv.z, xv.w);
         const float wa = e8m0_decode(scl[m * nb_ + b - b0_]);
         if (NC == 2) {
           acc[m][0] = __fadd_rn(acc[m][0], __fmul_rn(__fmul_rn(c[0], xs0), wa));

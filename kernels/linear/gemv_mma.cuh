@@ -146,6 +146,22 @@ __device__ __forceinline__ void e8m0x4_decode(u32 s, float* f) {
   }
 }
 
+// acc += a block's terms (bsum * x scale) * w scale, the exact kernels' arithmetic. C fragment c: c0, c1 (weight row
+// g, token rows 2 tig, 2 tig + 1), c2, c3 (row g + 8). NC = 2 keeps all four (acc = c0..c3), NC = 1 token row 0's
+// (acc = c0, c2). xs0 / xs1: the token rows' scales, wa / wb: rows g / g + 8's weight scales.
+template <int NC>
+__device__ __forceinline__ void mma_fold(float* acc, const float* c, float xs0, float xs1, float wa, float wb) {
+  if (NC == 2) {
+    acc[0] = __fadd_rn(acc[0], __fmul_rn(__fmul_rn(c[0], xs0), wa));
+    acc[1] = __fadd_rn(acc[1], __fmul_rn(__fmul_rn(c[1], xs1), wa));
+    acc[2] = __fadd_rn(acc[2], __fmul_rn(__fmul_rn(c[2], xs0), wb));
+    acc[3] = __fadd_rn(acc[3], __fmul_rn(__fmul_rn(c[3], xs1), wb));
+  } else {
+    acc[0] = __fadd_rn(acc[0], __fmul_rn(__fmul_rn(c[0], xs0), wa));
+    acc[1] = __fadd_rn(acc[1], __fmul_rn(__fmul_rn(c[2], xs0), wb));
+  }
+}
+
 // cp.async (sm_80+): 16 bytes global -> shared without registers; src_bytes 0 writes zeros.
 __device__ __forceinline__ u32 smem_addr(const void* p) {
   u32 a;
@@ -301,16 +317,7 @@ struct MmaSegment {
         float c[4] = {0.f, 0.f, 0.f, 0.f};
         wo_mma(c, pa[0], pb[0], pa[1], pb[1], xb[0], xb[1]);
         wo_mma(c, pa[2], pb[2], pa[3], pb[3], xb[2], xb[3]);
-        const float wa = ws[2 * m], wb = ws[2 * m + 1];
-        if (NC == 2) {
-          acc[m][0] = __fadd_rn(acc[m][0], __fmul_rn(__fmul_rn(c[0], xf0), wa));
-          acc[m][1] = __fadd_rn(acc[m][1], __fmul_rn(__fmul_rn(c[1], xf1), wa));
-          acc[m][2] = __fadd_rn(acc[m][2], __fmul_rn(__fmul_rn(c[2], xf0), wb));
-          acc[m][3] = __fadd_rn(acc[m][3], __fmul_rn(__fmul_rn(c[3], xf1), wb));
-        } else {
-          acc[m][0] = __fadd_rn(acc[m][0], __fmul_rn(__fmul_rn(c[0], xf0), wa));
-          acc[m][1] = __fadd_rn(acc[m][1], __fmul_rn(__fmul_rn(c[2], xf0), wb));
-        }
+        mma_fold<NC>(acc[m], c, xf0, xf1, ws[2 * m], ws[2 * m + 1]);
       }
     } else {
 #pragma unroll
@@ -335,15 +342,7 @@ struct MmaSegment {
         wo_mma(c, f[0], f[2], f[1], f[3], xv.x, xv.y);
         wo_mma(c, f[4], f[6], f[5], f[7], xv.z, xv.w);
         const float wa = e8m0_decode(scl[m * nb_ + b - b0_]);
-        if (NC == 2) {
-          acc[m][0] = __fadd_rn(acc[m][0], __fmul_rn(__fmul_rn(c[0], xs0), wa));
-          acc[m][1] = __fadd_rn(acc[m][1], __fmul_rn(__fmul_rn(c[1], xs1), wa));
-          acc[m][2] = __fadd_rn(acc[m][2], __fmul_rn(__fmul_rn(c[2], xs0), wa));
-          acc[m][3] = __fadd_rn(acc[m][3], __fmul_rn(__fmul_rn(c[3], xs1), wa));
-        } else {
-          acc[m][0] = __fadd_rn(acc[m][0], __fmul_rn(__fmul_rn(c[0], xs0), wa));
-          acc[m][1] = __fadd_rn(acc[m][1], __fmul_rn(__fmul_rn(c[2], xs0), wa));
-        }
+        mma_fold<NC>(acc[m], c, xs0, xs1, wa, wa);
       }
     }
   }

@@ -13,6 +13,19 @@ struct InvFreq {
 
 namespace {
 
+// One interleaved pair (a, b) rotated by inv_freq * pos (the negative angle when inverse) into v[0], v[1], rounded
+// to bf16 when R: every pair gets exactly these operations in both kernel forms below.
+template <bool R>
+__device__ __forceinline__ void rope_pair(float a, float b, float inv_freq, float pos, int inverse, float* v) {
+  const float angle = __fmul_rn(inv_freq, pos);
+  float sn, cs;
+  sincosf(angle, &sn, &cs);
+  if (inverse) sn = -sn;
+  const float o0 = __fsub_rn(__fmul_rn(a, cs), __fmul_rn(b, sn)), o1 = __fadd_rn(__fmul_rn(b, cs), __fmul_rn(a, sn));
+  v[0] = R ? round_bf16(o0) : o0;
+  v[1] = R ? round_bf16(o1) : o1;
+}
+
 // R: the op's `round = "bf16"` on the whole output row in the same launch (smelt_rope_bf16): the rotated pairs
 // are rounded as they are written, the other channels in a pass of their own (disjoint elements).
 template <bool R>
@@ -32,15 +45,8 @@ __device__ void rope_body(const float* x, float* y, const StepInfo* step, int he
   __syncthreads();
   for (int t = threadIdx.x; t < (h1 - h0) * half; t += blockDim.x) {
     const int h = h0 + t / half, i = t % half;
-    const float angle = __fmul_rn(f.v[i], pos);
-    float sn, cs;
-    sincosf(angle, &sn, &cs);
-    if (inverse) sn = -sn;
     float* v = yr + h * head_dim + (head_dim - rope_dim) + 2 * i;
-    const float a = v[0], b = v[1];
-    const float o0 = __fsub_rn(__fmul_rn(a, cs), __fmul_rn(b, sn)), o1 = __fadd_rn(__fmul_rn(b, cs), __fmul_rn(a, sn));
-    v[0] = R ? round_bf16(o0) : o0;
-    v[1] = R ? round_bf16(o1) : o1;
+    rope_pair<R>(v[0], v[1], f.v[i], pos, inverse, v);
   }
   if (R)
     for (int i = h0 * head_dim + threadIdx.x; i < h1 * head_dim; i += blockDim.x)
@@ -81,16 +87,7 @@ __device__ __forceinline__ void rope_units_body(const float* x, float* y, const 
   }
   const int i = j - nope;
   const float* xv = x + at + nope + 2 * i;
-  const float a = xv[0], b = xv[1];
-  const float pos = float(step->p0 + r);
-  const float angle = __fmul_rn(f.v[i], pos);
-  float sn, cs;
-  sincosf(angle, &sn, &cs);
-  if (inverse) sn = -sn;
-  const float o0 = __fsub_rn(__fmul_rn(a, cs), __fmul_rn(b, sn)), o1 = __fadd_rn(__fmul_rn(b, cs), __fmul_rn(a, sn));
-  float* yv = y + at + nope + 2 * i;
-  yv[0] = R ? round_bf16(o0) : o0;
-  yv[1] = R ? round_bf16(o1) : o1;
+  rope_pair<R>(xv[0], xv[1], f.v[i], float(step->p0 + r), inverse, y + at + nope + 2 * i);
 }
 
 extern "C" __global__ void smelt_rope_units(const float* x, float* y, const StepInfo* step, int heads, int head_dim,

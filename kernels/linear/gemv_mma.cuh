@@ -162,22 +162,6 @@ __device__ __forceinline__ void mma_fold(float* acc, const float* c, float xs0, 
   }
 }
 
-// cp.async (sm_80+): 16 bytes global -> shared without registers; src_bytes 0 writes zeros.
-__device__ __forceinline__ u32 smem_addr(const void* p) {
-  u32 a;
-  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-  return a;
-}
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
 // Block sums of 16 weight rows n0 .. n0+15 (rows >= N read as 0) of NW weight matrices over blocks [b0, b1) of
 // one K segment, folded in K order into acc[m] (run): NC = 2 keeps all four C values (token rows n = 2 tig,
 // 2 tig + 1; acc = c0, c1, c2, c3), NC = 1 only n = 0's (acc = c0, c2; the other lanes' values are unused). xrow:

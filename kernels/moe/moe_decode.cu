@@ -154,26 +154,19 @@ SMELT_MOE_DEC(fp4, true)
 
 namespace {
 
-__device__ __forceinline__ void route_cp16(void* dst, const void* src) {
-  u32 a;
-  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(a), "l"(src) : "memory");
-}
-
 // Copies n bytes global -> shared by the whole block: 16-byte cp.async when both ends and n allow it, else plain
-// 4- or 2-byte loads (the caller waits with route_cp_wait, then synchronises).
+// 4- or 2-byte loads (the caller waits with cp_async_wait_all, then synchronises).
 __device__ __forceinline__ void route_stage(void* dst, const void* src, int n) {
   const bool v16 = ((reinterpret_cast<u64>(dst) | reinterpret_cast<u64>(src) | u64(n)) & 15) == 0;
   if (v16) {
     for (int i = threadIdx.x * 16; i < n; i += blockDim.x * 16)
-      route_cp16(static_cast<u8*>(dst) + i, static_cast<const u8*>(src) + i);
+      cp_async16(static_cast<u8*>(dst) + i, static_cast<const u8*>(src) + i, 16);
   } else if (((reinterpret_cast<u64>(dst) | reinterpret_cast<u64>(src) | u64(n)) & 3) == 0) {
     for (int i = threadIdx.x; i < n / 4; i += blockDim.x) static_cast<u32*>(dst)[i] = static_cast<const u32*>(src)[i];
   } else {
     for (int i = threadIdx.x; i < n / 2; i += blockDim.x) static_cast<u16*>(dst)[i] = static_cast<const u16*>(src)[i];
   }
 }
-__device__ __forceinline__ void route_cp_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 }  // namespace
 
@@ -190,7 +183,7 @@ extern "C" __global__ void smelt_moe_gate_dots(const float* x, int D, const void
   route_stage(gd_sm, static_cast<const u8*>(gate) + i64(e0) * D * gsz, ne * D * gsz);
   grid_dep_wait();
   route_stage(xs, x + r * D, D * 4);
-  route_cp_wait();
+  cp_async_wait_all();
   __syncthreads();
   if (e >= E) return;
   float d = 0.f;

@@ -29,6 +29,27 @@ namespace smelt_dev {
 
 constexpr int kMmaWarps = 8;  // block of 256 threads
 
+// Tuning knobs, plan-time defines (NVRTC -D); the defaults are what the runtime launches (runtime/cuda/ops_mma.cc
+// sizes the shared memory with the same ring bytes). tests/kernels_cuda/bench_mma_gemv.cc times other values.
+#ifndef SMELT_MMA_RING_BYTES
+#define SMELT_MMA_RING_BYTES 4096  // weight ring of a warp (8192 measured 4-5% slower over the step's shapes)
+#endif
+#ifndef SMELT_MMA_MIN_BLOCKS
+#define SMELT_MMA_MIN_BLOCKS 2  // __launch_bounds__ blocks per multiprocessor (sets the register budget)
+#endif
+#ifndef SMELT_MMA_GROUP
+#define SMELT_MMA_GROUP 4  // blocks consumed per cp.async wait
+#endif
+#ifndef SMELT_MMA_PACKED
+// 1: the kernels read the weights as if repacked in tile order (a tile's 16 rows x 32-block stages contiguous). The
+// loader does not repack yet, so only the tuning bench (random codes, timing only) may set it.
+#define SMELT_MMA_PACKED 0
+#endif
+#ifndef SMELT_MMA_TPW
+#define SMELT_MMA_TPW 1  // 16-row matrices a warp of the linear GEMV walks at once (1 or 2)
+#endif
+constexpr int kMmaRingBytes = SMELT_MMA_RING_BYTES;  // per warp
+
 // Byte stride of a staged row (K activation codes as f16, 2 bytes each): + 64 so that the 8 token rows' 16-byte
 // loads of one block (lanes g, tig at g * stride + tig * 16) fall on distinct banks. K % 32 == 0.
 __host__ __device__ constexpr int mma_x_stride(int K) { return 2 * K + 64; }
@@ -41,7 +62,7 @@ __host__ __device__ constexpr int mma_ring_offset(int K, int rows_staged) {
 }
 __host__ __device__ constexpr int mma_scale_stride(int K) { return (2 * (K / 32) + 15) / 16 * 16; }
 __host__ __device__ constexpr int mma_smem_bytes(int K, int rows_staged) {
-  return mma_ring_offset(K, rows_staged) + kMmaWarps * (8192 + mma_scale_stride(K));
+  return mma_ring_offset(K, rows_staged) + kMmaWarps * (kMmaRingBytes + mma_scale_stride(K));
 }
 
 
@@ -170,12 +191,11 @@ __device__ __forceinline__ void mma_fold(float* acc, const float* c, float xs0, 
 // 16 rows of a tile share one scale row), FP4 packed [N, K/2] with scales [N, K/32]. Whole warp, uniform arguments.
 //
 // The weight blocks stream through a per-warp ring of D stages in shared memory by cp.async, D blocks ahead of the
-// MMAs (8 KB in flight per warp, no registers held for them); the block scales ride in a register ring beside it.
+// MMAs (kMmaRingBytes in flight per warp, no registers held for them); FP4 block scales ride in a register ring
+// beside it. 4 KB rings measured faster than 8 KB over the decode shapes (tests/kernels_cuda/bench_mma_gemv.cc).
 // Register batches (the previous version) kept only 2-4 KB in flight per warp: Nsight Compute showed the GEMVs
 // latency-bound at 10-30% of DRAM bandwidth. prefetch() issues the first D blocks early (before the act-quant
 // staging, or before the dependent-launch wait: weights are never written by a kernel).
-constexpr int kMmaRingBytes = 8192;  // per warp
-
 // This warp's weight ring and FP8 scale bytes in the kernel's dynamic shared memory sm (mma_smem_bytes layout).
 __device__ __forceinline__ u8* mma_warp_ring(unsigned char* sm, int K, int rows_staged) {
   return sm + mma_ring_offset(K, rows_staged) + (threadIdx.x >> 5) * kMmaRingBytes;
@@ -187,7 +207,7 @@ __device__ __forceinline__ u8* mma_warp_scales(unsigned char* sm, int K, int row
 template <bool FP4, int NW>
 struct MmaSegment {
   static constexpr int SB = NW * 16 * (FP4 ? 16 : 32);  // bytes of a stage (one 32-block of 16 rows x NW)
-  // Stages: as many as the 8 KB ring holds, at most 16 (a power of two: the ring slot wraps by a mask); 8 for two
+  // Stages: as many as the ring holds, at most 16 (a power of two: the ring slot wraps by a mask); 8 for two
   // FP4 matrices, whose unrolled ring would otherwise push the scale registers to local memory.
   static constexpr int DMAX = FP4 && NW == 2 ? 8 : 16;
   static constexpr int D = kMmaRingBytes / SB < DMAX ? kMmaRingBytes / SB : DMAX;
@@ -195,7 +215,7 @@ struct MmaSegment {
   const u8* src[NW];  // this lane's copy source of block 0 (FP8: row lane / 2, half lane % 2; FP4: row lane % 16)
   const u8* sA[NW];
   const u8* sB[NW];
-  int src_bytes, sh, b0_, b1_;
+  int src_bytes[NW], sh, b0_, b1_;
   u8* ring;
   // Block scales. FP4 (a byte per row and block): a register ring beside the weight ring, static slots. FP8 (one byte
   // per block for all 16 rows): the segment's bytes in shared memory, loaded once by prefetch(): a register ring in
@@ -207,27 +227,38 @@ struct MmaSegment {
 
   // warp_ring / warp_scales: mma_ring_offset(K, rows) + warp * kMmaRingBytes and
   // mma_ring_offset(K, rows) + kMmaWarps * kMmaRingBytes + warp * mma_scale_stride(K) in the kernel's shared memory.
+  // row_step: matrix m's tile starts at row n0 + m * row_step (0: NW matrices of the same rows, the experts' gate and
+  // up; 16: one matrix walked as NW tiles of 16 rows at once, sharing the activation loads, scales and loop).
   __device__ __forceinline__ void init(const u8* const* w, const u8* const* ws, i64 n0, i64 N, int K, int blk,
-                                       u8* warp_ring, u8* warp_scales) {
+                                       u8* warp_ring, u8* warp_scales, int row_step = 0) {
     const int lane = threadIdx.x & 31, g = lane >> 2;
-    const bool vA = n0 + g < N, vB = n0 + g + 8 < N;
     const int nb = K / 32;
     const int crow = FP4 ? (lane & 15) : (lane >> 1);
-    const bool cv = n0 + crow < N && (!FP4 || NW == 2 || lane < 16);
-    src_bytes = cv ? 16 : 0;
     sh = blk_log2(blk);
     ring = warp_ring;
     scl = warp_scales;
     nb_ = nb;
+    const i64 ncols = (K + blk - 1) >> sh;
 #pragma unroll
     for (int m = 0; m < NW; ++m) {
-      const i64 row = cv ? n0 + crow : n0;
+      const i64 nm = n0 + i64(m) * row_step;  // rows past N read as 0 (no copy) and keep pointers at row n0 (< N)
+      const bool vA = nm + g < N, vB = nm + g + 8 < N;
+      const bool cv = nm + crow < N && (!FP4 || NW == 2 || lane < 16);
+      src_bytes[m] = cv ? 16 : 0;
+      const i64 row = cv ? nm + crow : n0;
+#if SMELT_MMA_PACKED
+      // Tile order: tile n0 / 16 at n0 * (bytes of a row), block b of it at b * (stage bytes of a matrix), its 16 rows
+      // one after another: every copy instruction of the warp reads one contiguous run.
+      src[m] = FP4 ? w[m] + nm * (K / 2) + (lane & 15) * 16 : w[m] + nm * K + lane * 16;
+      (void)row;
+#else
       src[m] = FP4 ? w[m] + row * (K / 2) : w[m] + row * K + (lane & 1) * 16;
+#endif
       if (FP4) {
-        sA[m] = ws[m] + (vA ? n0 + g : n0) * nb;
-        sB[m] = ws[m] + (vB ? n0 + g + 8 : n0) * nb;
+        sA[m] = ws[m] + (vA ? nm + g : n0) * nb;
+        sB[m] = ws[m] + (vB ? nm + g + 8 : n0) * nb;
       } else {
-        sA[m] = sB[m] = ws[m] + (n0 >> sh) * i64((K + blk - 1) >> sh);
+        sA[m] = sB[m] = ws[m] + ((nm < N ? nm : n0) >> sh) * ncols;
       }
     }
   }
@@ -241,12 +272,13 @@ struct MmaSegment {
         const bool hi = NW == 2 && lane >= 16;
         const u8* sp = hi ? src[NW - 1] : src[0];
         if (NW == 2 || lane < 16)
-          cp_async16(ring + slot * SB + (hi ? 256 : 0) + (lane & 15) * 16, sp + i64(b) * 16, src_bytes);
+          cp_async16(ring + slot * SB + (hi ? 256 : 0) + (lane & 15) * 16, sp + i64(b) * (SMELT_MMA_PACKED ? 256 : 16),
+                     hi ? src_bytes[NW - 1] : src_bytes[0]);
       } else {
 #pragma unroll
         for (int m = 0; m < NW; ++m)
-          cp_async16(ring + slot * SB + m * 512 + (lane >> 1) * 32 + (lane & 1) * 16, src[m] + i64(b) * 32,
-                     src_bytes);
+          cp_async16(ring + slot * SB + m * 512 + (lane >> 1) * 32 + (lane & 1) * 16, src[m] + i64(b) * (SMELT_MMA_PACKED ? 512 : 32),
+                     src_bytes[m]);
       }
       if (FP4) {
         u32 s = 0;
@@ -339,7 +371,7 @@ struct MmaSegment {
   // by instruction fetch, and the rolled loop measured 6-10% slower for it (moe up / down, H200).
   template <int NC, bool NZ>
   __device__ __forceinline__ void run(int b0, int b1, const u8* xrow, const float* xsl, float (*acc)[2 * NC]) {
-    constexpr int G = 4;
+    constexpr int G = SMELT_MMA_GROUP;
     static_assert(D % G == 0, "the ring holds whole groups");
     if constexpr (FP4) {
       for (int bb = b0; bb < b1; bb += D) {

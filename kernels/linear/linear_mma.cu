@@ -3,8 +3,8 @@
 // by mma.sync (within a tolerance of the exact sums, docs/performance.md "Tensor-core decode").
 //
 // Launch (runtime/cuda/ops_mma.cc): block kMmaWarps * 32, dynamic shared memory mma_smem_bytes(K, rows), grid
-// <= ceil(ceil(N / 16) / (kMmaWarps / S)) persistent blocks. S (1, 2, 4 or 8) splits K over the warps of a block:
-// a block walks groups of kMmaWarps / S tiles of 16 output columns, S warps per tile.
+// <= ceil(ceil(N / (16 TPW)) / (kMmaWarps / S)) persistent blocks. S (1, 2, 4 or 8) splits K over the warps of a
+// block: a block walks groups of kMmaWarps / S tiles of 16 TPW output columns, S warps per tile.
 #include "kernels/linear/gemv_mma.cuh"
 
 using namespace smelt_dev;
@@ -23,16 +23,23 @@ __device__ void gemv_mma_body(const float* x, float* y, const u8* w, const u8* w
   float* part = xsc + nb * 8;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
   const int tpg = kMmaWarps / S, seg = warp % S;
-  const int tiles = (N + 15) / 16, groups = (tiles + tpg - 1) / tpg;
+  // A tile is TPW x 16 output columns: a warp walks TPW 16-row matrices at once (MmaSegment<FP4, TPW> with row
+  // step 16), so the activation fragment, scale loads, addressing and loop run once for all of them.
+  constexpr int TPW = SMELT_MMA_TPW;
+  const int tiles = (N + 16 * TPW - 1) / (16 * TPW), groups = (tiles + tpg - 1) / tpg;
   int b0, b1;
   mma_seg_range(nb, seg, S, b0, b1);
   // The first group's first weight batch is loaded before the dependent-launch wait and the act-quant staging.
-  MmaSegment<FP4, 1> ms;
+  MmaSegment<FP4, TPW> ms;
   u8* ring = mma_warp_ring(mma_sm, K, rows);
   u8* scl = mma_warp_scales(mma_sm, K, rows);
+  const u8* wm[TPW];
+  const u8* wsm[TPW];
+#pragma unroll
+  for (int m = 0; m < TPW; ++m) wm[m] = w, wsm[m] = ws;
   const int first = int(blockIdx.x) * tpg + warp / S;
   if (int(blockIdx.x) < groups && first < tiles) {
-    ms.init(&w, &ws, i64(first) * 16, N, K, blk, ring, scl);
+    ms.init(wm, wsm, i64(first) * 16 * TPW, N, K, blk, ring, scl, 16);
     ms.prefetch(b0, b1);
   }
   grid_dep_wait();
@@ -41,26 +48,37 @@ __device__ void gemv_mma_body(const float* x, float* y, const u8* w, const u8* w
   const float* xsl = xsc + 2 * tig;
   for (int grp = blockIdx.x; grp < groups; grp += gridDim.x) {
     const int tile = grp * tpg + warp / S;
-    float acc[1][2 * NC] = {};
+    float acc[TPW][2 * NC] = {};
     if (tile < tiles) {
       if (grp != int(blockIdx.x)) {
-        ms.init(&w, &ws, i64(tile) * 16, N, K, blk, ring, scl);
+        ms.init(wm, wsm, i64(tile) * 16 * TPW, N, K, blk, ring, scl, 16);
         ms.prefetch(b0, b1);
       }
       ms.run_checked<NC>(b0, b1, xrow, xsl, acc);
     }
-    if (S > 1) mma_combine<2 * NC>(part, acc[0], S);
-    if (seg != 0 || tile >= tiles) continue;
-#pragma unroll
-    for (int i = 0; i < 2 * NC; ++i) {
-      // NC = 2: acc = c0..c3 (rows g, g + 8 x token rows 2 tig, 2 tig + 1); NC = 1: c0, c2 (token row 0).
-      const int n = tile * 16 + g + ((NC == 2 ? i >= 2 : i >= 1) ? 8 : 0), r = NC == 2 ? 2 * tig + (i & 1) : tig;
-      if (n < N && r < rows) {
-        float v = acc[0][i];
-        if (scale_after != 1.f) v = __fmul_rn(v, scale_after);
-        y[i64(r) * N + n] = round ? round_bf16(v) : v;
+    if (S > 1) {
+      constexpr int NV = TPW * 2 * NC;  // part holds 4 values a warp: two combines past 4
+      if constexpr (NV <= 4) {
+        mma_combine<NV>(part, &acc[0][0], S);
+      } else {
+        mma_combine<4>(part, &acc[0][0], S);
+        mma_combine<NV - 4>(part, &acc[0][0] + 4, S);
       }
     }
+    if (seg != 0 || tile >= tiles) continue;
+#pragma unroll
+    for (int m = 0; m < TPW; ++m)
+#pragma unroll
+      for (int i = 0; i < 2 * NC; ++i) {
+        // NC = 2: acc = c0..c3 (rows g, g + 8 x token rows 2 tig, 2 tig + 1); NC = 1: c0, c2 (token row 0).
+        const int n = (tile * TPW + m) * 16 + g + ((NC == 2 ? i >= 2 : i >= 1) ? 8 : 0),
+                  r = NC == 2 ? 2 * tig + (i & 1) : tig;
+        if (n < N && r < rows) {
+          float v = acc[m][i];
+          if (scale_after != 1.f) v = __fmul_rn(v, scale_after);
+          y[i64(r) * N + n] = round ? round_bf16(v) : v;
+        }
+      }
   }
 #else
   __trap();  // the runtime launches these on sm_89+ only
@@ -70,14 +88,14 @@ __device__ void gemv_mma_body(const float* x, float* y, const u8* w, const u8* w
 }  // namespace
 
 // x [rows, K] float (quantized per token inside), y [rows, N]; rows <= 8, K % 32 == 0.
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, SMELT_MMA_MIN_BLOCKS)
 smelt_gemv_fp8_mma(const float* x, float* y, const u8* w, const u8* ws, int rows, int K,
                    int N, int blk, float scale_after, int round, int ksplit) {
   SMELT_KERNEL_PROLOGUE_WEIGHTS_FIRST();  // gemv_mma_body waits before it reads x
   if (rows == 1) gemv_mma_body<false, 1>(x, y, w, ws, rows, K, N, blk, scale_after, round, ksplit);
   else gemv_mma_body<false, 2>(x, y, w, ws, rows, K, N, blk, scale_after, round, ksplit);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, SMELT_MMA_MIN_BLOCKS)
 smelt_gemv_fp4_mma(const float* x, float* y, const u8* w, const u8* ws, int rows, int K,
                    int N, int blk, float scale_after, int round, int ksplit) {
   SMELT_KERNEL_PROLOGUE_WEIGHTS_FIRST();  // gemv_mma_body waits before it reads x

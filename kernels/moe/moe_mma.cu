@@ -108,14 +108,14 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
 }  // namespace
 
 #define SMELT_MOE_MMA(NAME, FP4)                                                                                  \
-  extern "C" __global__ void __launch_bounds__(256, 2)                                                              \
+  extern "C" __global__ void __launch_bounds__(256, SMELT_MMA_MIN_BLOCKS)                                           \
   smelt_moe_up_##NAME##_mma(const float* x, int D, int F, int topk, const i32* idx,                                 \
                             int n_experts, const float* rw, ExpertW w, int blk,                                     \
                             float limit, int rb, float* h, int ksplit) {                                            \
     SMELT_KERNEL_PROLOGUE();                                                                                      \
     up_mma_body<FP4>(x, D, F, topk, idx, n_experts, rw, w, blk, limit, rb, h, ksplit);                            \
   }                                                                                                               \
-  extern "C" __global__ void __launch_bounds__(256, 2)                                                              \
+  extern "C" __global__ void __launch_bounds__(256, SMELT_MMA_MIN_BLOCKS)                                           \
   smelt_moe_down_##NAME##_mma(const float* h, int D, int F, int topk, const i32* idx,                               \
                               int n_experts, ExpertW w, int blk, int rb, int round,                                 \
                               float* out, int ksplit) {                                                             \

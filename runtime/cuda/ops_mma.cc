@@ -13,12 +13,13 @@ constexpr int kMmaWarps = 8;  // kernels/linear/gemv_mma.cuh: block of 256 threa
 // gemv_mma.cuh mma_x_stride / mma_scale_stride / mma_smem_bytes.
 int mma_x_stride(int K) { return 2 * K + 64; }
 int mma_scale_stride(int K) { return (2 * (K / 32) + 15) / 16 * 16; }
-unsigned mma_smem(int K, int rows_staged) {  // + the warps' 8 KB weight rings and FP8 scale bytes
+constexpr int kMmaRingBytes = 4096;  // gemv_mma.cuh SMELT_MMA_RING_BYTES (the kernels' default)
+unsigned mma_smem(int K, int rows_staged) {  // + the warps' weight rings and FP8 scale bytes
   return unsigned(rows_staged * mma_x_stride(K) + (K / 32) * 8 * 4 + kMmaWarps * 4 * 32 * 4 +
-                  kMmaWarps * (8192 + mma_scale_stride(K)));
+                  kMmaWarps * (kMmaRingBytes + mma_scale_stride(K)));
 }
 // Shared memory a block may use: sm_90 has 227 KB per multiprocessor (two blocks of up to ~110 KB stay resident),
-// sm_89 / sm_120 99 KB a block (their opt-in limit; K = 8192 at one row takes 96.1 KB).
+// sm_89 / sm_120 99 KB a block (their opt-in limit; K = 8192 at one row takes 64.1 KB).
 unsigned mma_smem_max(const OpLaunch& l) { return l.arch == 90 ? 110u * 1024 : 99u * 1024; }
 
 // K segments per 16-column tile (1, 2, 4 or 8 warps of a block): split until the tiles fill every warp slot of the

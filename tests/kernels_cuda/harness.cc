@@ -2,7 +2,9 @@
 
 #include <dlfcn.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <sstream>
 
 #include "compiler/cuda/nvrtc.h"
 #include "frontends/error.h"
@@ -31,6 +33,12 @@ struct Api {
   CUresult (*cuLaunchKernel)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*,
                              void**, void**);
   CUresult (*cuFuncSetAttribute)(void*, int, int);
+  CUresult (*cuMemcpyDtoD)(DevPtr, DevPtr, size_t);
+  CUresult (*cuEventCreate)(void**, unsigned);
+  CUresult (*cuEventRecord)(void*, void*);
+  CUresult (*cuEventSynchronize)(void*);
+  CUresult (*cuEventElapsedTime)(float*, void*, void*);
+  CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int*, void*, int, size_t);
 };
 Api api;
 
@@ -66,6 +74,12 @@ Gpu::Gpu() {
   sym(lib_, api.cuModuleGetFunction, "cuModuleGetFunction");
   sym(lib_, api.cuLaunchKernel, "cuLaunchKernel");
   sym(lib_, api.cuFuncSetAttribute, "cuFuncSetAttribute");
+  sym(lib_, api.cuMemcpyDtoD, "cuMemcpyDtoD_v2");
+  sym(lib_, api.cuEventCreate, "cuEventCreate");
+  sym(lib_, api.cuEventRecord, "cuEventRecord");
+  sym(lib_, api.cuEventSynchronize, "cuEventSynchronize");
+  sym(lib_, api.cuEventElapsedTime, "cuEventElapsedTime_v2");
+  sym(lib_, api.cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
   int n = 0;
   if (api.cuInit(0) != 0 || api.cuDeviceGetCount(&n) != 0 || n < 1) return;
   check(api.cuDeviceGet(&dev_, 0), "cuDeviceGet");
@@ -95,11 +109,16 @@ DevPtr Gpu::alloc(size_t bytes) {
 void Gpu::upload(DevPtr dst, const void* src, size_t bytes) { check(api.cuMemcpyHtoD(dst, src, bytes), "upload"); }
 void Gpu::download(void* dst, DevPtr src, size_t bytes) { check(api.cuMemcpyDtoH(dst, src, bytes), "download"); }
 
-void Gpu::launch_raw(const std::string& family, const char* name, unsigned gx, unsigned gy, unsigned gz,
-                     unsigned block, unsigned shmem, void** args) {
+void* Gpu::function(const std::string& family, const char* name, unsigned shmem) {
   auto it = modules_.find(family);
   if (it == modules_.end()) {
-    cuda_compile::Image img = cuda_compile::compile(cuda_compile::kernel_source(family), arch_);
+    // SMELT_TEST_NVRTC_OPTIONS (space-separated, e.g. "-DSMELT_MMA_TPW=2"): the kernels' plan-time knobs under test.
+    std::vector<std::string> extra;
+    if (const char* o = std::getenv("SMELT_TEST_NVRTC_OPTIONS")) {
+      std::istringstream in(o);
+      for (std::string t; in >> t;) extra.push_back(t);
+    }
+    cuda_compile::Image img = cuda_compile::compile(cuda_compile::kernel_source(family), arch_, extra);
     void* m = nullptr;
     check(api.cuModuleLoadData(&m, img.bytes.data()), "loading the " + family + " module");
     it = modules_.emplace(family, m).first;
@@ -108,8 +127,51 @@ void Gpu::launch_raw(const std::string& family, const char* name, unsigned gx, u
   check(api.cuModuleGetFunction(&f, it->second, name), std::string("finding ") + name);
   // Past 48 KB of dynamic shared memory a kernel must opt in (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8).
   if (shmem > 48 * 1024) check(api.cuFuncSetAttribute(f, 8, int(shmem)), std::string("raising the shared memory of ") + name);
+  return f;
+}
+
+void Gpu::launch_raw(const std::string& family, const char* name, unsigned gx, unsigned gy, unsigned gz,
+                     unsigned block, unsigned shmem, void** args) {
+  void* f = function(family, name, shmem);
   check(api.cuLaunchKernel(f, gx, gy, gz, block, 1, 1, shmem, nullptr, args, nullptr), std::string("launching ") + name);
-  check(api.cuCtxSynchronize(), std::string("running ") + name);
+  if (sync_) check(api.cuCtxSynchronize(), std::string("running ") + name);
+}
+
+void Gpu::load_image(const std::string& family, const std::vector<uint8_t>& image) {
+  void* m = nullptr;
+  check(api.cuModuleLoadData(&m, image.data()), "loading the " + family + " image");
+  modules_[family] = m;
+}
+
+void Gpu::synchronize() { check(api.cuCtxSynchronize(), "synchronising"); }
+
+void Gpu::copy(DevPtr dst, DevPtr src, size_t bytes) { check(api.cuMemcpyDtoD(dst, src, bytes), "device copy"); }
+
+void Gpu::record_start() {
+  for (auto& e : ev_)
+    if (!e) check(api.cuEventCreate(&e, 0), "cuEventCreate");
+  check(api.cuEventRecord(ev_[0], nullptr), "cuEventRecord");
+}
+
+float Gpu::record_stop_ms() {
+  check(api.cuEventRecord(ev_[1], nullptr), "cuEventRecord");
+  check(api.cuEventSynchronize(ev_[1]), "cuEventSynchronize");
+  float ms = 0.f;
+  check(api.cuEventElapsedTime(&ms, ev_[0], ev_[1]), "cuEventElapsedTime");
+  return ms;
+}
+
+int Gpu::occupancy(const std::string& family, const char* name, unsigned block, unsigned shmem) {
+  int n = 0;
+  check(api.cuOccupancyMaxActiveBlocksPerMultiprocessor(&n, function(family, name, shmem), int(block), shmem),
+        "occupancy");
+  return n;
+}
+
+int Gpu::multiprocessors() {
+  int n = 0;
+  check(api.cuDeviceGetAttribute(&n, 16, dev_), "multiprocessor count");  // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+  return n;
 }
 
 DevPtr step_info(Gpu& g, int64_t p0, int rows) {

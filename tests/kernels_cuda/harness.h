@@ -46,6 +46,23 @@ class Gpu {
   void launch_raw(const std::string& family, const char* name, unsigned gx, unsigned gy, unsigned gz, unsigned block,
                   unsigned shmem, void** args);
 
+  // For benchmarks (tests/kernels_cuda/bench_mma_gemv.cc): `family` served from a prebuilt image instead of NVRTC,
+  // launches that do not wait (set_sync(false)), device-side timing, device copies and occupancy.
+  void load_image(const std::string& family, const std::vector<uint8_t>& image);
+  void set_sync(bool sync) { sync_ = sync; }
+  void synchronize();
+  void copy(DevPtr dst, DevPtr src, size_t bytes);
+  // GPU milliseconds of whatever `body` enqueues (events on the default stream around it).
+  template <class F>
+  float time_ms(F&& body) {
+    record_start();
+    body();
+    return record_stop_ms();
+  }
+  // Blocks of `name` (block threads, shmem bytes) that fit on one multiprocessor; the multiprocessor count.
+  int occupancy(const std::string& family, const char* name, unsigned block, unsigned shmem);
+  int multiprocessors();
+
  private:
   bool ok_ = false;
   std::string arch_;
@@ -54,6 +71,11 @@ class Gpu {
   int dev_ = 0;
   std::map<std::string, void*> modules_;
   std::vector<DevPtr> allocs_;
+  bool sync_ = true;
+  void* ev_[2] = {nullptr, nullptr};
+  void* function(const std::string& family, const char* name, unsigned shmem);
+  void record_start();
+  float record_stop_ms();
 };
 
 // StepInfo in device memory (runtime/cuda/launch.h).

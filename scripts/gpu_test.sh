@@ -45,17 +45,29 @@ if [ "$status" != 0 ] && [ -f "$FAILED_LOG" ]; then
   done
 fi
 
-# compute-sanitizer memcheck: one V4 fixture end to end (prefill chunks, decode graph replays, reset).
-line=$(grep '^v4_tiny_mixed|' "$BUILD/gpu_plans/manifest.txt")
-IFS='|' read -r name plan model prompt decode tol <<< "$line"
-decode_short=$(echo "$decode" | cut -d, -f1-6)
-echo "== compute-sanitizer memcheck: $name"
+# The tensor-core GEMVs with their other plan-time knobs (two 16-row tiles a warp, 4 KB rings): the same tests,
+# kernels compiled with those defines (the runtime launches the defaults, which ctest covered above).
+# (The tests size shared memory for 8 KB rings, enough for 4 KB ones.)
+for opts in "-DSMELT_MMA_TPW=2 -DSMELT_MMA_DOWN_TPW=2" "-DSMELT_MMA_RING_BYTES=4096"; do
+  echo "== MMA kernel tests with $opts"
+  SMELT_TEST_NVRTC_OPTIONS="$opts" "$BUILD/bin/test_kernels_gpu" --gtest_filter='CudaMmaKernels.*' --gtest_brief=1 || status=1
+done
+
+# compute-sanitizer memcheck end to end (prefill chunks, decode graph replays, reset): a V4 fixture, and the V4.1
+# tiny backbone (the tensor-core GEMVs and the V4.1 decode kernels on sm_89+).
 SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/compute-sanitizer/compute-sanitizer 2>/dev/null || true)
-if [ -z "$SAN" ]; then
-  echo "error: compute-sanitizer not found (PATH, /usr/local/cuda/compute-sanitizer): memcheck not run"
-  status=1
-else
-  "$SAN" --tool memcheck --error-exitcode 3 --leak-check full \
-    "$BUILD/bin/cuda_gpu_compare" compare "$BUILD/gpu_plans/$plan" "$ROOT/$model" "$prompt" "$decode_short" "$tol" || status=1
-fi
+for fixture in v4_tiny_mixed v41_tiny_backbone; do
+  line=$(grep "^$fixture|" "$BUILD/gpu_plans/manifest.txt")
+  IFS='|' read -r name plan model prompt decode tol <<< "$line"
+  case "$model" in models/*) model="$BUILD/gpu_plans/$model" ;; *) model="$ROOT/$model" ;; esac
+  decode_short=$(echo "$decode" | cut -d, -f1-6)
+  echo "== compute-sanitizer memcheck: $name"
+  if [ -z "$SAN" ]; then
+    echo "error: compute-sanitizer not found (PATH, /usr/local/cuda/compute-sanitizer): memcheck not run"
+    status=1
+  else
+    "$SAN" --tool memcheck --error-exitcode 3 --leak-check full \
+      "$BUILD/bin/cuda_gpu_compare" compare "$BUILD/gpu_plans/$plan" "$model" "$prompt" "$decode_short" "$tol" || status=1
+  fi
+done
 exit $status

@@ -32,7 +32,9 @@ constexpr int kMmaWarps = 8;  // block of 256 threads
 // Tuning knobs, plan-time defines (NVRTC -D); the defaults are what the runtime launches (runtime/cuda/ops_mma.cc
 // sizes the shared memory with the same ring bytes). tests/kernels_cuda/bench_mma_gemv.cc times other values.
 #ifndef SMELT_MMA_RING_BYTES
-#define SMELT_MMA_RING_BYTES 4096  // weight ring of a warp (8192 measured 4-5% slower over the step's shapes)
+// weight ring of a warp: 4096 measured 5% faster with plain launches but 5% slower with dependent launch (the ring is
+// what a GEMV loads before its wait, while the previous kernel runs), which is how a decode step launches
+#define SMELT_MMA_RING_BYTES 8192
 #endif
 #ifndef SMELT_MMA_MIN_BLOCKS
 #define SMELT_MMA_MIN_BLOCKS 2  // __launch_bounds__ blocks per multiprocessor (sets the register budget)
@@ -47,6 +49,9 @@ constexpr int kMmaWarps = 8;  // block of 256 threads
 #endif
 #ifndef SMELT_MMA_TPW
 #define SMELT_MMA_TPW 1  // 16-row matrices a warp of the linear GEMV walks at once (1 or 2)
+#endif
+#ifndef SMELT_MMA_DOWN_TPW
+#define SMELT_MMA_DOWN_TPW 1  // the same for the experts' down projection
 #endif
 constexpr int kMmaRingBytes = SMELT_MMA_RING_BYTES;  // per warp
 
@@ -65,6 +70,14 @@ __host__ __device__ constexpr int mma_smem_bytes(int K, int rows_staged) {
   return mma_ring_offset(K, rows_staged) + kMmaWarps * (kMmaRingBytes + mma_scale_stride(K));
 }
 
+
+// Traps unless the launch's dynamic shared memory covers mma_smem_bytes(K, rows_staged): the runtime sizes it with
+// its own copy of the ring size (runtime/cuda/ops_mma.cc), and a mismatch would overrun shared memory silently.
+__device__ __forceinline__ void mma_check_smem(int K, int rows_staged) {
+  unsigned dyn;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+  if (unsigned(mma_smem_bytes(K, rows_staged)) > dyn) __trap();
+}
 
 // E4M3 code of x: round to nearest even, saturating to +-448 (sm_89+: the kernels trap below).
 __device__ __forceinline__ u8 e4m3_cvt(float x) {
@@ -192,7 +205,7 @@ __device__ __forceinline__ void mma_fold(float* acc, const float* c, float xs0, 
 //
 // The weight blocks stream through a per-warp ring of D stages in shared memory by cp.async, D blocks ahead of the
 // MMAs (kMmaRingBytes in flight per warp, no registers held for them); FP4 block scales ride in a register ring
-// beside it. 4 KB rings measured faster than 8 KB over the decode shapes (tests/kernels_cuda/bench_mma_gemv.cc).
+// beside it (ring sizes measured: tests/kernels_cuda/bench_mma_gemv.cc, docs/performance.md).
 // Register batches (the previous version) kept only 2-4 KB in flight per warp: Nsight Compute showed the GEMVs
 // latency-bound at 10-30% of DRAM bandwidth. prefetch() issues the first D blocks early (before the act-quant
 // staging, or before the dependent-launch wait: weights are never written by a kernel).

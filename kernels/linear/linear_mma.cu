@@ -18,6 +18,7 @@ __device__ void gemv_mma_body(const float* x, float* y, const u8* w, const u8* w
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
   extern __shared__ __align__(16) unsigned char mma_sm[];
   const int nb = K / 32, stride = mma_x_stride(K);
+  mma_check_smem(K, rows);
   u8* xq = mma_sm;
   float* xsc = reinterpret_cast<float*>(mma_sm + rows * stride);
   float* part = xsc + nb * 8;

@@ -20,6 +20,7 @@ __device__ void up_mma_body(const float* x, int D, int F, int topk, const i32* i
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
   extern __shared__ __align__(16) unsigned char mma_sm[];
   const int nb = D / 32, stride = mma_x_stride(D);
+  mma_check_smem(D, 1);
   u8* xq = mma_sm;
   float* xsc = reinterpret_cast<float*>(mma_sm + stride);
   float* part = xsc + nb * 8;
@@ -32,6 +33,9 @@ __device__ void up_mma_body(const float* x, int D, int F, int topk, const i32* i
   // group, before the act-quant staging, which every thread of the block runs once).
   MmaSegment<FP4, 2> ms;
   const u8* xrow = g == 0 ? xq : nullptr;
+  // Routed slots: the experts come from the routing kernel, so wait first. The shared expert (idx null) has its first
+  // weight blocks in flight before the dependent-launch wait, as the linear GEMVs.
+  if (idx) grid_dep_wait();
   for (int grp = blockIdx.x; grp < groups; grp += gridDim.x) {
     const int tile = grp * tpg + warp / S;
     const int t = tile / tps, f0 = (tile - t * tps) * 16;
@@ -42,7 +46,10 @@ __device__ void up_mma_body(const float* x, int D, int F, int topk, const i32* i
       ms.init(wm, sm, f0, F, D, blk, mma_warp_ring(mma_sm, D, 1), mma_warp_scales(mma_sm, D, 1));
       ms.prefetch(b0, b1);
     }
-    if (grp == int(blockIdx.x)) mma_stage_quant(x, 1, D, xq, stride, xsc);
+    if (grp == int(blockIdx.x)) {
+      if (!idx) grid_dep_wait();
+      mma_stage_quant(x, 1, D, xq, stride, xsc);
+    }
     float acc[2][2] = {{0.f, 0.f}, {0.f, 0.f}};  // [g, u][rows g, g + 8]
     if (e >= 0) ms.run_checked<1>(b0, b1, xrow, xsc, acc);
     if (S > 1) mma_combine<4>(part, &acc[0][0], S);
@@ -67,38 +74,48 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
   extern __shared__ __align__(16) unsigned char mma_sm[];
   const int nb = F / 32, stride = mma_x_stride(F);
+  mma_check_smem(F, topk);
   u8* xq = mma_sm;
   float* xsc = reinterpret_cast<float*>(mma_sm + topk * stride);
   float* part = xsc + nb * 8;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
   const int tpg = kMmaWarps / S, seg = warp % S;
-  const int tps = (D + 15) / 16, tiles = topk * tps, groups = (tiles + tpg - 1) / tpg;
+  constexpr int TPW = SMELT_MMA_DOWN_TPW;  // 16-row matrices a warp walks at once (as the linear GEMV's TPW)
+  const int tps = (D + 16 * TPW - 1) / (16 * TPW), tiles = topk * tps, groups = (tiles + tpg - 1) / tpg;
   int b0, b1;
   mma_seg_range(nb, seg, S, b0, b1);
-  MmaSegment<FP4, 1> ms;  // as in up_mma_body: the group's first weight blocks in flight first
+  MmaSegment<FP4, TPW> ms;  // as in up_mma_body: the group's first weight blocks in flight first
+  if (idx) grid_dep_wait();
   for (int grp = blockIdx.x; grp < groups; grp += gridDim.x) {
     const int tile = grp * tpg + warp / S;
-    const int t = tile / tps, d0 = (tile - t * tps) * 16;
+    const int t = tile / tps, d0 = (tile - t * tps) * 16 * TPW;
     const int e = tile < tiles ? expert_of(idx, t, n_experts) : -1;
     if (e >= 0) {
-      const u8* wm = eptr(w, e, 2);
-      const u8* sm = eptr(w, e, 3);
-      ms.init(&wm, &sm, d0, D, F, blk, mma_warp_ring(mma_sm, F, topk), mma_warp_scales(mma_sm, F, topk));
+      const u8* wm[TPW];
+      const u8* sm[TPW];
+#pragma unroll
+      for (int m = 0; m < TPW; ++m) wm[m] = eptr(w, e, 2), sm[m] = eptr(w, e, 3);
+      ms.init(wm, sm, d0, D, F, blk, mma_warp_ring(mma_sm, F, topk), mma_warp_scales(mma_sm, F, topk), 16);
       ms.prefetch(b0, b1);
     }
     // slot t's row: xq + t * stride, scales xsc[b * 8 + t]
-    if (grp == int(blockIdx.x)) mma_stage_quant(h, topk, F, xq, stride, xsc);
-    float acc[1][2] = {{0.f, 0.f}};
+    if (grp == int(blockIdx.x)) {
+      if (!idx) grid_dep_wait();
+      mma_stage_quant(h, topk, F, xq, stride, xsc);
+    }
+    float acc[TPW][2] = {};
     if (e >= 0) ms.run_checked<1>(b0, b1, g == 0 ? xq + t * stride : nullptr, xsc + t, acc);
-    if (S > 1) mma_combine<2>(part, acc[0], S);
+    if (S > 1) mma_combine<2 * TPW>(part, &acc[0][0], S);
     if (seg != 0 || tile >= tiles || tig != 0) continue;
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int d = d0 + g + 8 * i;
-      if (d >= D) continue;
-      const float y = e >= 0 ? acc[0][i] : 0.f;
-      out[i64(t) * D + d] = ((rb && e >= 0) || round) ? round_bf16(y) : y;
-    }
+    for (int m = 0; m < TPW; ++m)
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int d = d0 + 16 * m + g + 8 * i;
+        if (d >= D) continue;
+        const float y = e >= 0 ? acc[m][i] : 0.f;
+        out[i64(t) * D + d] = ((rb && e >= 0) || round) ? round_bf16(y) : y;
+      }
   }
 #else
   __trap();
@@ -112,14 +129,14 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
   smelt_moe_up_##NAME##_mma(const float* x, int D, int F, int topk, const i32* idx,                                 \
                             int n_experts, const float* rw, ExpertW w, int blk,                                     \
                             float limit, int rb, float* h, int ksplit) {                                            \
-    SMELT_KERNEL_PROLOGUE();                                                                                      \
+    SMELT_KERNEL_PROLOGUE_WEIGHTS_FIRST(); /* the bodies wait (first, unless the shared expert) */              \
     up_mma_body<FP4>(x, D, F, topk, idx, n_experts, rw, w, blk, limit, rb, h, ksplit);                            \
   }                                                                                                               \
   extern "C" __global__ void __launch_bounds__(256, SMELT_MMA_MIN_BLOCKS)                                           \
   smelt_moe_down_##NAME##_mma(const float* h, int D, int F, int topk, const i32* idx,                               \
                               int n_experts, ExpertW w, int blk, int rb, int round,                                 \
                               float* out, int ksplit) {                                                             \
-    SMELT_KERNEL_PROLOGUE();                                                                                      \
+    SMELT_KERNEL_PROLOGUE_WEIGHTS_FIRST();                                                                        \
     down_mma_body<FP4>(h, D, F, topk, idx, n_experts, w, blk, rb, round, out, ksplit);                            \
   }
 SMELT_MOE_MMA(fp8, false)

@@ -13,21 +13,24 @@ constexpr int kMmaWarps = 8;  // kernels/linear/gemv_mma.cuh: block of 256 threa
 // gemv_mma.cuh mma_x_stride / mma_scale_stride / mma_smem_bytes.
 int mma_x_stride(int K) { return 2 * K + 64; }
 int mma_scale_stride(int K) { return (2 * (K / 32) + 15) / 16 * 16; }
-constexpr int kMmaRingBytes = 4096;  // gemv_mma.cuh SMELT_MMA_RING_BYTES (the kernels' default)
+constexpr int kMmaRingBytes = 8192;  // gemv_mma.cuh SMELT_MMA_RING_BYTES (the kernels' default)
 unsigned mma_smem(int K, int rows_staged) {  // + the warps' weight rings and FP8 scale bytes
   return unsigned(rows_staged * mma_x_stride(K) + (K / 32) * 8 * 4 + kMmaWarps * 4 * 32 * 4 +
                   kMmaWarps * (kMmaRingBytes + mma_scale_stride(K)));
 }
 // Shared memory a block may use: sm_90 has 227 KB per multiprocessor (two blocks of up to ~110 KB stay resident),
-// sm_89 / sm_120 99 KB a block (their opt-in limit; K = 8192 at one row takes 64.1 KB).
+// sm_89 / sm_120 99 KB a block (their opt-in limit; K = 8192 at one row takes 96.1 KB).
 unsigned mma_smem_max(const OpLaunch& l) { return l.arch == 90 ? 110u * 1024 : 99u * 1024; }
 
-// K segments per 16-column tile (1, 2, 4 or 8 warps of a block): split until the tiles fill every warp slot of the
-// persistent grid, keeping >= 4 blocks of 32 per segment (small N, e.g. 512 columns, needs the split to reach the
-// multiprocessors at all).
+// K segments per 16-column tile (1, 2, 4 or 8 warps of a block): the largest split whose groups all run in one round
+// of the persistent grid, keeping >= 4 blocks of 32 per segment; 1 when even that takes more than one round. Splitting
+// until every warp slot was filled made a second round of a few groups that cost as much as the first (wo_b: 320
+// groups on 264 blocks; the shared expert's down the same): the one-round split measured 5% faster over the decode
+// shapes with dependent launch, as a decode step launches (tests/kernels_cuda/bench_mma_gemv.cc --pdl,
+// docs/performance.md). Small N (512 columns) still splits 8 ways.
 int ksplit(int64_t tiles, int nb, unsigned blocks) {
   int S = 1;
-  while (S < kMmaWarps && tiles * S < int64_t(blocks) * kMmaWarps && nb / (2 * S) >= 4) S *= 2;
+  while (S < kMmaWarps && (tiles * 2 * S + kMmaWarps - 1) / kMmaWarps <= int64_t(blocks) && nb / (2 * S) >= 4) S *= 2;
   return S;
 }
 

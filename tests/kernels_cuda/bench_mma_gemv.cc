@@ -4,7 +4,7 @@
 // measured in the same run. A benchmark, not a test: it checks nothing (test_mma_kernels_gpu does).
 //
 //   bench_mma_gemv compile DIR [--arch sm_90]   no GPU needed (NVRTC): DIR/<variant>.<family>.cubin
-//   bench_mma_gemv run DIR [--iters N] [--only SHAPE] [--variants A,B]
+//   bench_mma_gemv run DIR [--iters N] [--only SHAPE] [--variants A,B] [--pdl]
 //                                               GPU: one line per (shape, variant, launch), then a summary
 //
 // Weights are random codes in the release formats (FP8 E4M3 with 32 x 32 E8M0 blocks, FP4 experts with per-row
@@ -38,19 +38,19 @@ struct Variant {
   int group;       // SMELT_MMA_GROUP
   int packed = 0;  // SMELT_MMA_PACKED: the weights read as if repacked in tile order (timing only: random codes)
   int tpw = 1;     // SMELT_MMA_TPW: 16-row matrices a warp of the linear walks at once
+  int down_tpw = 1;  // SMELT_MMA_DOWN_TPW: the same for the experts' down projection
 };
 // "base" is what the runtime compiles (the knobs' defaults). Every FP4 stage of two matrices is 512 bytes and an FP8
 // one of two matrices 1 KB; a ring must hold at least one group of stages (group <= ring / stage).
 const Variant kVariants[] = {
-    {"base", 4096, 2, 4},          {"ring8k", 8192, 2, 4},           {"ring4k_b3", 4096, 3, 4},
-    {"g2", 4096, 2, 2},            {"packed", 4096, 2, 4, 1},        {"tpw2", 8192, 2, 4, 0, 2},
-    {"tpw2_packed", 8192, 2, 4, 1, 2},
+    {"base", 8192, 2, 4},  {"ring4k", 4096, 2, 4},  {"packed", 8192, 2, 4, 1},  {"ring4k_packed", 4096, 2, 4, 1},
+    {"tpw2", 8192, 2, 4, 0, 2, 2},
 };
 
 std::vector<std::string> defines(const Variant& v) {
   return {"-DSMELT_MMA_RING_BYTES=" + std::to_string(v.ring), "-DSMELT_MMA_MIN_BLOCKS=" + std::to_string(v.min_blocks),
           "-DSMELT_MMA_GROUP=" + std::to_string(v.group), "-DSMELT_MMA_PACKED=" + std::to_string(v.packed),
-          "-DSMELT_MMA_TPW=" + std::to_string(v.tpw)};
+          "-DSMELT_MMA_TPW=" + std::to_string(v.tpw), "-DSMELT_MMA_DOWN_TPW=" + std::to_string(v.down_tpw)};
 }
 
 // gemv_mma.cuh mma_smem_bytes with the variant's ring.
@@ -143,7 +143,7 @@ int compile(const std::string& dir, const std::string& arch) {
   return 0;
 }
 
-int run(const std::string& dir, int iters, const std::string& only, const std::string& variants) {
+int run(const std::string& dir, int iters, const std::string& only, const std::string& variants, bool pdl) {
   if (!gpu().available()) {
     std::fprintf(stderr, "no CUDA device\n");
     return 1;
@@ -165,6 +165,9 @@ int run(const std::string& dir, int iters, const std::string& only, const std::s
     vars.push_back(&v);
   }
   gpu().set_sync(false);
+  // --pdl: launches as in a decode step's graph (programmatic dependent launch), so a launch's weight prefetch
+  // overlaps the previous one's tail; without it the launches are plain, back to back.
+  if (pdl && !gpu().set_pdl(true)) std::printf("(programmatic dependent launch unavailable: plain launches)\n");
   std::vector<Result> results;
   std::mt19937 rng(11);
   std::printf("%-40s %-14s %3s %2s %5s %9s %8s %6s\n", "shape", "variant", "bps", "S", "grid", "us", "GB/s", "ratio");
@@ -243,7 +246,7 @@ int run(const std::string& dir, int iters, const std::string& only, const std::s
         const std::string f = fp4 ? "fp4" : "fp8";
         const double down = bytes / 2;  // w2 + s2 = half of w1 + s1 + w3 + s3
         ls.push_back({moe, "smelt_moe_up_" + f + "_mma", K, int64_t(topk) * ((N + 15) / 16), mma_smem(K, 1, v->ring), bytes});
-        ls.push_back({moe, "smelt_moe_down_" + f + "_mma", N, int64_t(topk) * ((K + 15) / 16),
+        ls.push_back({moe, "smelt_moe_down_" + f + "_mma", N, int64_t(topk) * ((K + 16 * v->down_tpw - 1) / (16 * v->down_tpw)),
                       mma_smem(N, topk, v->ring), down});
       }
       for (const L& l : ls) {
@@ -337,7 +340,7 @@ int run(const std::string& dir, int iters, const std::string& only, const std::s
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s compile DIR [--arch sm_90] | run DIR [--iters N] [--only SHAPE] [--variants A,B]\n",
+    std::fprintf(stderr, "usage: %s compile DIR [--arch sm_90] | run DIR [--iters N] [--only SHAPE] [--variants A,B] [--pdl]\n",
                  argv[0]);
     return 2;
   }
@@ -345,15 +348,27 @@ int main(int argc, char** argv) {
   std::string arch = "sm_90";
   int iters = 40;
   std::string only, variants;
-  for (int i = 3; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--arch")) arch = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--iters")) iters = std::max(1, std::atoi(argv[i + 1]));
-    else if (!std::strcmp(argv[i], "--only")) only = argv[i + 1];          // shapes whose name contains this
-    else if (!std::strcmp(argv[i], "--variants")) variants = argv[i + 1];  // comma-separated variant names
+  bool pdl = false;
+  for (int i = 3; i < argc; ++i) {
+    const std::string a = argv[i];
+    const char* v = i + 1 < argc ? argv[i + 1] : "";
+    if (a == "--pdl") {
+      pdl = true;
+      continue;
+    }
+    if (a == "--arch") arch = v;
+    else if (a == "--iters") iters = std::max(1, std::atoi(v));
+    else if (a == "--only") only = v;          // shapes whose name contains this
+    else if (a == "--variants") variants = v;  // comma-separated variant names
+    else {
+      std::fprintf(stderr, "unknown option %s\n", a.c_str());
+      return 2;
+    }
+    ++i;
   }
   try {
     if (mode == "compile") return compile(dir, arch);
-    if (mode == "run") return run(dir, iters, only, variants);
+    if (mode == "run") return run(dir, iters, only, variants, pdl);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 1;

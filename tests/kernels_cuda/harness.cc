@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "compiler/cuda/nvrtc.h"
+#include "runtime/cuda/driver.h"
 #include "frontends/error.h"
 
 namespace smelt::test_cuda {
@@ -39,6 +40,7 @@ struct Api {
   CUresult (*cuEventSynchronize)(void*);
   CUresult (*cuEventElapsedTime)(float*, void*, void*);
   CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int*, void*, int, size_t);
+  CUresult (*cuLaunchKernelEx)(const runtime::cuda::LaunchConfig*, void*, void**, void**);  // optional
 };
 Api api;
 
@@ -80,6 +82,7 @@ Gpu::Gpu() {
   sym(lib_, api.cuEventSynchronize, "cuEventSynchronize");
   sym(lib_, api.cuEventElapsedTime, "cuEventElapsedTime_v2");
   sym(lib_, api.cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+  api.cuLaunchKernelEx = reinterpret_cast<decltype(api.cuLaunchKernelEx)>(dlsym(lib_, "cuLaunchKernelEx"));
   int n = 0;
   if (api.cuInit(0) != 0 || api.cuDeviceGetCount(&n) != 0 || n < 1) return;
   check(api.cuDeviceGet(&dev_, 0), "cuDeviceGet");
@@ -133,7 +136,15 @@ void* Gpu::function(const std::string& family, const char* name, unsigned shmem)
 void Gpu::launch_raw(const std::string& family, const char* name, unsigned gx, unsigned gy, unsigned gz,
                      unsigned block, unsigned shmem, void** args) {
   void* f = function(family, name, shmem);
-  check(api.cuLaunchKernel(f, gx, gy, gz, block, 1, 1, shmem, nullptr, args, nullptr), std::string("launching ") + name);
+  if (pdl_) {
+    runtime::cuda::LaunchAttribute attr{};
+    attr.id = runtime::cuda::kLaunchAttrProgrammaticStreamSerialization;
+    attr.value.programmatic_stream_serialization_allowed = 1;
+    const runtime::cuda::LaunchConfig cfg{gx, gy, gz, block, 1, 1, shmem, nullptr, &attr, 1};
+    check(api.cuLaunchKernelEx(&cfg, f, args, nullptr), std::string("launching ") + name);
+  } else {
+    check(api.cuLaunchKernel(f, gx, gy, gz, block, 1, 1, shmem, nullptr, args, nullptr), std::string("launching ") + name);
+  }
   if (sync_) check(api.cuCtxSynchronize(), std::string("running ") + name);
 }
 
@@ -141,6 +152,11 @@ void Gpu::load_image(const std::string& family, const std::vector<uint8_t>& imag
   void* m = nullptr;
   check(api.cuModuleLoadData(&m, image.data()), "loading the " + family + " image");
   modules_[family] = m;
+}
+
+bool Gpu::set_pdl(bool pdl) {
+  pdl_ = pdl && api.cuLaunchKernelEx && std::atoi(arch_.c_str() + 3) >= 90;
+  return pdl_ == pdl;
 }
 
 void Gpu::synchronize() { check(api.cuCtxSynchronize(), "synchronising"); }

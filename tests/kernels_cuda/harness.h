@@ -50,6 +50,9 @@ class Gpu {
   // launches that do not wait (set_sync(false)), device-side timing, device copies and occupancy.
   void load_image(const std::string& family, const std::vector<uint8_t>& image);
   void set_sync(bool sync) { sync_ = sync; }
+  // Programmatic dependent launch (sm_90+), as the runtime launches a decode step: a kernel may start while the
+  // previous one runs (kernels/cuda/common.cuh SMELT_KERNEL_PROLOGUE*). Returns whether the driver supports it.
+  bool set_pdl(bool pdl);
   void synchronize();
   void copy(DevPtr dst, DevPtr src, size_t bytes);
   // GPU milliseconds of whatever `body` enqueues (events on the default stream around it).
@@ -72,6 +75,7 @@ class Gpu {
   std::map<std::string, void*> modules_;
   std::vector<DevPtr> allocs_;
   bool sync_ = true;
+  bool pdl_ = false;
   void* ev_[2] = {nullptr, nullptr};
   void* function(const std::string& family, const char* name, unsigned shmem);
   void record_start();

@@ -45,8 +45,8 @@ bool has_fp8_mma() {
 
 // gemv_mma.cuh mma_x_stride / mma_smem_bytes (the exact kernels': harness gemv_aq_smem).
 int x_stride(int K) { return 2 * K + 64; }
-unsigned mma_smem(int K, int rows) {  // + the warps' 4 KB weight rings and FP8 scale bytes
-  return unsigned(rows * x_stride(K) + (K / 32) * 8 * 4 + 8 * 4 * 32 * 4 + 8 * (4096 + (2 * (K / 32) + 15) / 16 * 16));
+unsigned mma_smem(int K, int rows) {  // + the warps' 8 KB weight rings and FP8 scale bytes
+  return unsigned(rows * x_stride(K) + (K / 32) * 8 * 4 + 8 * 4 * 32 * 4 + 8 * (8192 + (2 * (K / 32) + 15) / 16 * 16));
 }
 
 // |w| of weight (n, k) without its scale, and the scale: FP8 [N, K] blocks blk, FP4 packed [N, K/2] per 32.

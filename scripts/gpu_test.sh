@@ -61,6 +61,9 @@ for fixture in v4_tiny_mixed v41_tiny_backbone; do
   IFS='|' read -r name plan model prompt decode tol <<< "$line"
   case "$model" in models/*) model="$BUILD/gpu_plans/$model" ;; *) model="$ROOT/$model" ;; esac
   decode_short=$(echo "$decode" | cut -d, -f1-6)
+  # Memory errors only: the V4.1 fixture's numeric drift from the cpu backend is gpu_drift's measurement
+  # (docs/v41-fidelity.md), so its comparison runs with a loose tolerance here.
+  case "$name" in v41_*) tol=1 ;; esac
   echo "== compute-sanitizer memcheck: $name"
   if [ -z "$SAN" ]; then
     echo "error: compute-sanitizer not found (PATH, /usr/local/cuda/compute-sanitizer): memcheck not run"

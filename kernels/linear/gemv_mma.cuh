@@ -32,8 +32,7 @@ constexpr int kMmaWarps = 8;  // block of 256 threads
 // Tuning knobs, plan-time defines (NVRTC -D); the defaults are what the runtime launches (runtime/cuda/ops_mma.cc
 // sizes the shared memory with the same ring bytes). tests/kernels_cuda/bench_mma_gemv.cc times other values.
 #ifndef SMELT_MMA_RING_BYTES
-// weight ring of a warp: 4096 measured 5% faster with plain launches but 5% slower with dependent launch (the ring is
-// what a GEMV loads before its wait, while the previous kernel runs), which is how a decode step launches
+// weight ring of a warp (4096 measures the same over the decode shapes: tests/kernels_cuda/bench_mma_gemv.cc)
 #define SMELT_MMA_RING_BYTES 8192
 #endif
 #ifndef SMELT_MMA_MIN_BLOCKS

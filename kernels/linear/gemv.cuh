@@ -107,6 +107,15 @@ struct W8Raw {
   u32 q[R];
 };
 
+// Chunks in flight per column for dot_cols_r1 with C columns a warp: a ring of ~16 registers of raw weights per lane
+// (an FP4 chunk's scale byte counted as one), 2 .. 8 chunks: FP8 8 / 4 / 2 for C = 1 / 2 / 4 (more spills under the
+// r1 kernels' register bounds).
+template <int FMT, int C>
+__device__ constexpr int r1_depth() {
+  constexpr int R = FMT == kWFP4 ? 2 : W8Raw<FMT>::R, DR = 16 / (C * R);
+  return DR < 2 ? 2 : (DR > 8 ? 8 : DR);
+}
+
 // Streaming weight load: read once, so not kept in L1 (the activation row is, for every column of the SM).
 template <int FMT>
 __device__ __forceinline__ void w8_fetch(const u8* p, W8Raw<FMT>& r) {

@@ -46,10 +46,7 @@ __device__ void linear_body(const float* x, float* y, const void* w, const u8* w
 template <int FMT, int C>
 __device__ __forceinline__ void r1_columns(const float* xg, float* y, const void* w, const u8* ws, i64 g, i64 warp,
                                            i64 warps, int K, int N, int blk, float scale_after, int round) {
-  // Chunks in flight per column: a ring of ~16 registers of raw weights per lane (an FP4 chunk's scale byte counted
-  // as one), 2 .. 8 chunks: FP8 8 / 4 / 2 chunks for C = 1 / 2 / 4 (more spills under the 80-register bound).
-  constexpr int R = FMT == kWFP4 ? 2 : W8Raw<FMT>::R, DR = 16 / (C * R);
-  constexpr int D = DR < 2 ? 2 : (DR > 8 ? 8 : DR);
+  constexpr int D = r1_depth<FMT, C>();
   for (i64 n_local = warp * C; n_local < N; n_local += warps * C) {
     const i64 n0 = g * N + n_local;
     float out[C];

@@ -78,6 +78,73 @@ __device__ void down_body(const float* h, int D, int F, int topk, const i32* idx
   if ((threadIdx.x & 31) == 0) out[rt * D + d] = y;
 }
 
+// One row (decode), weight-only: up_body / down_body's sums with C = 1, 2 or 4 columns a warp and a ring of raw
+// weights in flight (dot_cols_r1 gives dot_rows<FMT, 1>'s bits, as smelt_linear_*_r1): the fewest columns a warp
+// that cover a slot's columns with gridDim.x * 8 warps (the launcher sizes the grid, ops.cc weight_only_blocks;
+// any grid is correct). grid (blocks, topk): slot blockIdx.y. The warp-per-column kernels held one 8-byte load
+// per lane in flight: the FP8 shared expert of the V4.1 slice ran at ~0.6 TB/s.
+__device__ __forceinline__ int r1_columns_per_warp(int cols) {
+  const i64 warps = i64(gridDim.x) * (blockDim.x / 32), need = (cols + warps - 1) / warps;
+  return need >= 4 ? 4 : (need >= 2 ? 2 : 1);
+}
+
+template <int FMT, int C>
+__device__ __forceinline__ void up_r1_columns(const float* xr, int D, int F, i64 rt, int e, const ExpertW& w, int blk,
+                                              float limit, float* h) {
+  const i64 warps = i64(gridDim.x) * (blockDim.x / 32);
+  const i64 warp = i64(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
+  constexpr int DD = r1_depth<FMT, C>();  // up: w1's columns, then w3's, each with this ring
+  for (i64 f0 = warp * C; f0 < F; f0 += warps * C) {
+    float g[C], u[C];
+    if (e >= 0) {
+      dot_cols_r1<FMT, C, DD>(xr, eptr(w, e, 0), eptr(w, e, 1), f0, F - 1, D, blk, g);
+      dot_cols_r1<FMT, C, DD>(xr, eptr(w, e, 4), eptr(w, e, 5), f0, F - 1, D, blk, u);
+    }
+#pragma unroll
+    for (int j = 0; j < C; ++j)
+      if ((threadIdx.x & 31) == j && f0 + j < F) h[rt * F + f0 + j] = e >= 0 ? swiglu(g[j], u[j], limit) : 0.f;
+  }
+}
+
+template <int FMT>
+__device__ void up_r1_body(const float* x, int D, int F, int topk, const i32* idx, int n_experts, const ExpertW& w,
+                           int blk, float limit, float* h) {
+  const i64 rt = blockIdx.y, r = rt / topk;
+  const int e = expert_of(idx, rt, n_experts);
+  const float* xr = x + r * D;
+  const int c = r1_columns_per_warp(F);
+  if (c == 4) up_r1_columns<FMT, 4>(xr, D, F, rt, e, w, blk, limit, h);
+  else if (c == 2) up_r1_columns<FMT, 2>(xr, D, F, rt, e, w, blk, limit, h);
+  else up_r1_columns<FMT, 1>(xr, D, F, rt, e, w, blk, limit, h);
+}
+
+template <int FMT, int C>
+__device__ __forceinline__ void down_r1_columns(const float* hr, int D, int F, i64 rt, int e, const ExpertW& w,
+                                                int blk, float* out) {
+  const i64 warps = i64(gridDim.x) * (blockDim.x / 32);
+  const i64 warp = i64(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
+  constexpr int DD = r1_depth<FMT, C>();
+  for (i64 d0 = warp * C; d0 < D; d0 += warps * C) {
+    float y[C];
+    if (e >= 0) dot_cols_r1<FMT, C, DD>(hr, eptr(w, e, 2), eptr(w, e, 3), d0, D - 1, F, blk, y);
+#pragma unroll
+    for (int j = 0; j < C; ++j)
+      if ((threadIdx.x & 31) == j && d0 + j < D) out[rt * D + d0 + j] = e >= 0 ? y[j] : 0.f;
+  }
+}
+
+template <int FMT>
+__device__ void down_r1_body(const float* h, int D, int F, int topk, const i32* idx, int n_experts,
+                             const ExpertW& w, int blk, float* out) {
+  const i64 rt = blockIdx.y;
+  const int e = expert_of(idx, rt, n_experts);
+  const float* hr = h + rt * F;
+  const int c = r1_columns_per_warp(D);
+  if (c == 4) down_r1_columns<FMT, 4>(hr, D, F, rt, e, w, blk, out);
+  else if (c == 2) down_r1_columns<FMT, 2>(hr, D, F, rt, e, w, blk, out);
+  else down_r1_columns<FMT, 1>(hr, D, F, rt, e, w, blk, out);
+}
+
 // V4.1 up (act quant, exact GEMMs): g = bf16(x w1^T), u = bf16(x w3^T), clamps, a = silu(g) * u in fp32,
 // times the routing weight (when given), bf16. xu / xs: act_quant of x [rows, D].
 template <bool FP4>
@@ -127,6 +194,18 @@ __device__ void down_aq_body(const i32* hu, const float* hs, int D, int F, int t
                                                    int n_experts, ExpertW w, int blk, float* out) {                 \
     SMELT_KERNEL_PROLOGUE();                                                                                        \
     down_body<FMT>(h, D, F, topk, idx, n_experts, w, blk, out);                                                     \
+  }                                                                                                                 \
+  extern "C" __global__ void __launch_bounds__(256, 2)                                                              \
+  smelt_moe_up_##NAME##_r1(const float* x, int D, int F, int topk, const i32* idx, int n_experts, ExpertW w,        \
+                           int blk, float limit, float* h) {                                                        \
+    SMELT_KERNEL_PROLOGUE();                                                                                        \
+    up_r1_body<FMT>(x, D, F, topk, idx, n_experts, w, blk, limit, h);                                               \
+  }                                                                                                                 \
+  extern "C" __global__ void __launch_bounds__(256, 2)                                                              \
+  smelt_moe_down_##NAME##_r1(const float* h, int D, int F, int topk, const i32* idx, int n_experts, ExpertW w,      \
+                             int blk, float* out) {                                                                 \
+    SMELT_KERNEL_PROLOGUE();                                                                                        \
+    down_r1_body<FMT>(h, D, F, topk, idx, n_experts, w, blk, out);                                                  \
   }
 SMELT_MOE_FMT(f32, kWF32)
 SMELT_MOE_FMT(bf16, kWBF16)

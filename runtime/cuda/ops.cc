@@ -300,11 +300,16 @@ void run_experts(Ctx& c, bool routed) {
   }
   if (D % 8 || F % 8) c.fail("the cuda expert kernels need dim and inter multiples of 8");
   if (!(scaled && detail::mma_kernels(l, 80) && detail::try_experts_wo_mma(c, el))) {  // else tensor cores
-    const std::string up = std::string("smelt_moe_up_") + f.fmt;
-    c.go(up.c_str(), cdiv(F, 8), unsigned(RT), 1, 256, 0, l.in[0], D, F, topk, idx, n_experts, ew, int(f.blk), limit,
-         h);
-    const std::string down = std::string("smelt_moe_down_") + f.fmt;
-    c.go(down.c_str(), cdiv(D, 8), unsigned(RT), 1, 256, 0, h, D, F, topk, idx, n_experts, ew, int(f.blk), out);
+    // One row: 1, 2 or 4 columns a warp with weight loads in flight, the same bits (kernels/moe/moe.cu *_r1);
+    // SMELT_CUDA_DECODE_KERNELS=0 keeps the warp-per-column kernels.
+    const bool r1 = rows == 1 && detail::decode_kernels();
+    const std::string sfx = r1 ? "_r1" : "";
+    const std::string up = std::string("smelt_moe_up_") + f.fmt + sfx;
+    c.go(up.c_str(), r1 ? detail::weight_only_blocks(l, 1, F, RT) : unsigned(cdiv(F, 8)), unsigned(RT), 1, 256, 0,
+         l.in[0], D, F, topk, idx, n_experts, ew, int(f.blk), limit, h);
+    const std::string down = std::string("smelt_moe_down_") + f.fmt + sfx;
+    c.go(down.c_str(), r1 ? detail::weight_only_blocks(l, 1, D, RT) : unsigned(cdiv(D, 8)), unsigned(RT), 1, 256, 0,
+         h, D, F, topk, idx, n_experts, ew, int(f.blk), out);
   }
   combine(1);
 }

@@ -195,6 +195,91 @@ TEST(CudaDecodeKernels, OneRowFp8LinearRealShapesEqualTheGeneralKernelBitForBit)
   }
 }
 
+// The one-row weight-only expert kernels (smelt_moe_{up,down}_<fmt>_r1: --numerics fp32 plans, V4 plans at decode)
+// give the warp-per-column kernels' bits for every format: routed slots with an invalid one, the shared expert (idx
+// null), columns not a multiple of the 1 / 2 / 4 a warp takes, grids for each and a looping one; and the V4.1
+// shared expert's FP8 shape with NaN codes and edge scales.
+TEST(CudaDecodeKernels, OneRowWeightOnlyExpertsEqualTheWarpPerColumnKernelsBitForBit) {
+  NEED_GPU();
+  struct Case {
+    const char* fmt;
+    int D, F, E;
+    std::vector<int32_t> idx;  // empty: the shared expert
+  };
+  const std::vector<Case> cases = {
+      {"f32", 72, 40, 4, {2, -1, 0}},      {"bf16", 136, 56, 4, {3, 1, 9}},  {"f16", 72, 40, 3, {0, 2}},
+      {"fp8", 328, 200, 5, {4, 0, -1, 2}}, {"fp4", 320, 96, 4, {1, 3, 0}},   {"fp8", 264, 104, 1, {}},
+      {"bf16", 96, 48, 1, {}},             {"fp8", 5120, 2304, 1, {}},
+  };
+  uint32_t seed = 500;
+  for (const Case& cs : cases) {
+    const std::string f = cs.fmt;
+    const int D = cs.D, F = cs.F, E = cs.E, topk = cs.idx.empty() ? 1 : int(cs.idx.size());
+    const size_t eb = f == "f32" ? 4 : (f == "bf16" || f == "f16") ? 2 : 1;
+    auto weights = [&](int rows, int cols) {  // one expert's matrix [rows, cols] and its scales
+      size_t n = f == "fp4" ? size_t(rows) * cols / 2 : size_t(rows) * cols * eb;
+      std::vector<uint8_t> w;
+      if (f == "fp8" || f == "fp4") {
+        w = fp8_codes(n, ++seed);
+      } else {
+        w.resize(n);
+        std::mt19937 r(++seed);
+        for (auto& b : w) b = uint8_t(r());
+        for (size_t i = eb - 1; i < w.size(); i += eb) w[i] &= 0xBF;  // finite: the exponent's top bit cleared
+      }
+      if (f == "fp8" && rows * cols > 1000000) {  // the real shape: NaN codes in a few columns
+        w[size_t(7) * cols + 11] = 0x7F;
+        w[size_t(rows - 1) * cols + cols - 1] = 0xFF;
+      }
+      const size_t sn = f == "fp8" ? size_t((rows + 31) / 32) * ((cols + 31) / 32) : size_t(rows) * (cols / 32);
+      auto s = e8m0_codes(f == "fp4" || f == "fp8" ? sn : 1, ++seed);
+      if (f == "fp8" && sn > 6) s[0] = 0, s[1] = 255, s[2] = 134, s[3] = 135;  // the fast decode's edges
+      return std::make_pair(w, s);
+    };
+    std::vector<uint8_t> b[6];
+    int64_t stride[6] = {};
+    for (int e = 0; e < E; ++e) {
+      auto w1 = weights(F, D), w2 = weights(D, F), w3 = weights(F, D);
+      const std::vector<uint8_t>* parts[6] = {&w1.first, &w1.second, &w2.first, &w2.second, &w3.first, &w3.second};
+      for (int j = 0; j < 6; ++j) {
+        stride[j] = int64_t(parts[j]->size());
+        b[j].insert(b[j].end(), parts[j]->begin(), parts[j]->end());
+      }
+    }
+    ExpertW ew{{gpu().put(b[0]), gpu().put(b[1]), gpu().put(b[2]), gpu().put(b[3]), gpu().put(b[4]), gpu().put(b[5])},
+               {stride[0], stride[1], stride[2], stride[3], stride[4], stride[5]},
+               0};
+    auto x = randn(size_t(D), ++seed, 1.f);
+    auto hv = randn(size_t(topk) * F, ++seed, 0.5f);
+    DevPtr dx = gpu().put(x), dh = gpu().put(hv), didx = cs.idx.empty() ? DevPtr(0) : gpu().put(cs.idx);
+    DevPtr h0 = gpu().alloc(size_t(topk) * F * 4), h1 = gpu().alloc(size_t(topk) * F * 4);
+    DevPtr o0 = gpu().alloc(size_t(topk) * D * 4), o1 = gpu().alloc(size_t(topk) * D * 4);
+    const int blk = 32;
+    const float limit = f == "bf16" ? 0.f : 1.5f;
+    const std::string what = f + " D " + std::to_string(D) + " F " + std::to_string(F) + " E " + std::to_string(E);
+    gpu().launch("moe", ("smelt_moe_up_" + f).c_str(), unsigned((F + 7) / 8), unsigned(topk), 1, 256, 0, dx, D, F,
+                 topk, didx, E, ew, blk, limit, h0);
+    gpu().launch("moe", ("smelt_moe_down_" + f).c_str(), unsigned((D + 7) / 8), unsigned(topk), 1, 256, 0, dh, D, F,
+                 topk, didx, E, ew, blk, o0);
+    const auto hu = gpu().get<float>(h0, size_t(topk) * F), ou = gpu().get<float>(o0, size_t(topk) * D);
+    // 1, 2 and 4 columns a warp, and 2 blocks looping.
+    for (int cw : {1, 2, 4, 0}) {
+      const unsigned gu = cw ? unsigned((F + 8 * cw - 1) / (8 * cw)) : 2u;
+      const unsigned gd = cw ? unsigned((D + 8 * cw - 1) / (8 * cw)) : 2u;
+      gpu().launch("moe", ("smelt_moe_up_" + f + "_r1").c_str(), gu, unsigned(topk), 1, 256, 0, dx, D, F, topk, didx, E,
+                   ew, blk, limit, h1);
+      gpu().launch("moe", ("smelt_moe_down_" + f + "_r1").c_str(), gd, unsigned(topk), 1, 256, 0, dh, D, F, topk, didx,
+                   E, ew, blk, o1);
+      const auto hr = gpu().get<float>(h1, size_t(topk) * F), orr = gpu().get<float>(o1, size_t(topk) * D);
+      expect_bits_equal(hr.data(), hu.data(), hu.size(), what + " up, " + std::to_string(cw) + " columns a warp");
+      expect_bits_equal(orr.data(), ou.data(), ou.size(), what + " down, " + std::to_string(cw) + " columns a warp");
+    }
+    if (f == "fp8" && D == 5120) {
+      ASSERT_TRUE(std::isnan(ou[size_t(D - 1)])) << "the NaN code of w2's last row";
+    }
+  }
+}
+
 // The warp-per-row Sinkhorn gives the serial kernel's bits: hc_mult 1..5, iterations 0, 1, 20, rows 1 and 37,
 // f32 base / scale, logits with a wide spread (large exponents in the softmax).
 TEST(CudaDecodeKernels, SinkhornWarpEqualsTheSerialKernelBitForBit) {

@@ -102,16 +102,35 @@ std::string weight_only_kernel(const LinearW& f, int rows) {
   return std::string("smelt_linear_") + f.fmt + (rows == 1 && decode_kernels() ? "_r1" : "");
 }
 
+// Columns a warp for the one-row weight-only kernels (_r1): 4 or 2 once there are >= 16 warps an SM that way, else 1.
+int r1_cols(const OpLaunch& l, int64_t columns) {
+  const int64_t warps16 = int64_t(16) * (l.sms > 0 ? l.sms : 132);
+  return columns >= 4 * warps16 ? 4 : (columns >= 2 * warps16 ? 2 : 1);
+}
+
 // Blocks (x) of 256 threads for weight_only_kernel over N columns a group, G groups: a warp per column, but the
 // _r1 kernels take 4 or 2 columns a warp (one activation load for all) once there are >= 16 warps an SM that way.
 unsigned weight_only_blocks(const OpLaunch& l, int rows, int64_t N, int G) {
   int cw = 1;
   if (rows == 1 && decode_kernels()) {
-    const int64_t warps16 = int64_t(16) * (l.sms > 0 ? l.sms : 132);
-    cw = N * G >= 4 * warps16 ? 4 : (N * G >= 2 * warps16 ? 2 : 1);
+    cw = r1_cols(l, N * G);
     while (G > 1 && N % cw) cw /= 2;  // as the kernel: a warp's columns share their FP8 scale row
   }
   return unsigned(cdiv(N, 8 * cw));
+}
+
+// Blocks (x) of the one-row weight-only expert kernels (kernels/moe/moe.cu *_r1) over N columns a slot, G slots,
+// `matrices` weight rows streamed a column (up: w1 and w3), counted as columns: the V4.1 FP8 shared expert's up
+// (2304 columns) takes 2 a warp instead of 1, 0.164 -> 0.117 ms a step on the --numerics fp32 slice (H200; 4 a warp:
+// 0.146), while the V4 bf16 experts keep their 4 (1.167 ms a step; 1 a warp: 1.273). SMELT_CUDA_EXPERT_R1_COLS (1, 2
+// or 4) overrides the choice for A/B runs; any grid gives the same bits.
+unsigned expert_r1_blocks(const OpLaunch& l, int64_t N, int G, int matrices) {
+  static const int forced = [] {
+    const char* v = std::getenv("SMELT_CUDA_EXPERT_R1_COLS");
+    const int c = v ? std::atoi(v) : 0;
+    return c == 1 || c == 2 || c == 4 ? c : 0;
+  }();
+  return unsigned(cdiv(N, 8 * (forced ? forced : r1_cols(l, N * G * matrices))));
 }
 
 void linear(Ctx& c, DevPtr x, DevPtr y, const DeviceWeight* w, const DeviceWeight* s, int rows, int K, int N, bool aq,
@@ -305,10 +324,10 @@ void run_experts(Ctx& c, bool routed) {
     const bool r1 = rows == 1 && detail::decode_kernels();
     const std::string sfx = r1 ? "_r1" : "";
     const std::string up = std::string("smelt_moe_up_") + f.fmt + sfx;
-    c.go(up.c_str(), r1 ? detail::weight_only_blocks(l, 1, F, RT) : unsigned(cdiv(F, 8)), unsigned(RT), 1, 256, 0,
+    c.go(up.c_str(), r1 ? detail::expert_r1_blocks(l, F, RT, 2) : unsigned(cdiv(F, 8)), unsigned(RT), 1, 256, 0,
          l.in[0], D, F, topk, idx, n_experts, ew, int(f.blk), limit, h);
     const std::string down = std::string("smelt_moe_down_") + f.fmt + sfx;
-    c.go(down.c_str(), r1 ? detail::weight_only_blocks(l, 1, D, RT) : unsigned(cdiv(D, 8)), unsigned(RT), 1, 256, 0,
+    c.go(down.c_str(), r1 ? detail::expert_r1_blocks(l, D, RT, 1) : unsigned(cdiv(D, 8)), unsigned(RT), 1, 256, 0,
          h, D, F, topk, idx, n_experts, ew, int(f.blk), out);
   }
   combine(1);

@@ -14,6 +14,7 @@
 #include "kernels/indexer/reference.h"
 #include "kernels/quant/reference.h"
 #include "runtime/cuda/kernel_args.h"
+#include "tests/kernels_cuda/bits.h"
 #include "tests/kernels_cuda/harness.h"
 
 namespace {
@@ -27,17 +28,11 @@ using smelt::test_cuda::e8m0_codes;
 using smelt::test_cuda::fp8_codes;
 using smelt::test_cuda::gemv_aq_smem;
 using smelt::test_cuda::gpu;
+using smelt::test_cuda::bf16_bits;
+using smelt::test_cuda::expect_bits_equal;
 using smelt::test_cuda::randn;
 namespace q = smelt::kernels::quant;
 
-void expect_bits_equal(const float* a, const float* b, size_t n, const std::string& what) {
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t x, y;
-    std::memcpy(&x, a + i, 4);
-    std::memcpy(&y, b + i, 4);
-    ASSERT_EQ(x, y) << what << " element " << i << ": " << a[i] << " vs " << b[i];
-  }
-}
 
 TEST(CudaDecodeKernels, GemvActQuantEqualsQuantReferenceBitForBit) {
   NEED_GPU();
@@ -610,13 +605,7 @@ TEST(CudaDecodeKernels, SplitRouterEqualsTheOneBlockRouter) {
       auto x = randn(size_t(rows) * D, 41);
       auto gate = randn(size_t(E) * D, 42, 0.05f);
       for (int c = 0; c < D; ++c) gate[size_t(7) * D + c] = gate[size_t(300) * D + c];  // equal scores: lower expert first
-      std::vector<uint16_t> gate16(gate.size());
-      for (size_t i = 0; i < gate.size(); ++i) {
-        const float v = smelt::kernels::round_bf16(gate[i]);
-        uint32_t u;
-        std::memcpy(&u, &v, 4);
-        gate16[i] = uint16_t(u >> 16);
-      }
+      const std::vector<uint16_t> gate16 = bf16_bits(gate);
       auto bias = randn(E, 43, 0.01f);
       std::vector<float> xr(x);
       for (int c = 0; c < D; ++c) xr[size_t(2) * D + c] = 0.f;  // a row of equal scores everywhere

@@ -20,6 +20,7 @@
 #include "kernels/rms_norm/reference.h"
 #include "kernels/rope/reference.h"
 #include "runtime/cuda/kernel_args.h"
+#include "tests/kernels_cuda/bits.h"
 #include "tests/kernels_cuda/harness.h"
 
 namespace {
@@ -29,6 +30,7 @@ using smelt::runtime::cuda::AttnArgs;
 using smelt::test_cuda::Gpu;
 using smelt::test_cuda::e8m0_codes;
 using smelt::test_cuda::fp8_codes;
+using smelt::test_cuda::expect_bits_equal;
 using smelt::test_cuda::gpu;
 using smelt::test_cuda::randn;
 namespace k = smelt::kernels;
@@ -44,15 +46,6 @@ std::vector<float> from_bf16(const std::vector<uint16_t>& b) {
   std::vector<float> v(b.size());
   for (size_t i = 0; i < b.size(); ++i) v[i] = q::bf16_to_f32(b[i]);
   return v;
-}
-
-void expect_bits_equal(const float* a, const float* b, size_t n, const char* what) {
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t x, y;
-    std::memcpy(&x, a + i, 4);
-    std::memcpy(&y, b + i, 4);
-    ASSERT_EQ(x, y) << what << " element " << i << ": " << a[i] << " vs " << b[i];
-  }
 }
 
 // ---- linear ----------------------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@
 #include "kernels/rms_norm/reference.h"
 #include "kernels/rope/reference.h"
 #include "runtime/cuda/kernel_args.h"
+#include "tests/kernels_cuda/bits.h"
 #include "tests/kernels_cuda/harness.h"
 
 namespace {
@@ -37,6 +38,7 @@ using smelt::runtime::cuda::InvFreq;
 using smelt::test_cuda::Gpu;
 using smelt::test_cuda::e8m0_codes;
 using smelt::test_cuda::fp8_codes;
+using smelt::test_cuda::expect_bits_equal;
 using smelt::test_cuda::gpu;
 using smelt::test_cuda::randn;
 namespace k = smelt::kernels;
@@ -45,15 +47,6 @@ namespace q = smelt::kernels::quant;
 std::vector<float> bf16_values(std::vector<float> v) {
   for (auto& x : v) x = q::bf16_round(x);
   return v;
-}
-
-void expect_bits_equal(const float* a, const float* b, size_t n, const char* what) {
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t x, y;
-    std::memcpy(&x, a + i, 4);
-    std::memcpy(&y, b + i, 4);
-    ASSERT_EQ(x, y) << what << " element " << i << ": " << a[i] << " vs " << b[i];
-  }
 }
 
 float max_abs(const std::vector<float>& v) {

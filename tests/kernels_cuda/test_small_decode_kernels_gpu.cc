@@ -15,6 +15,7 @@
 #include "kernels/bf16.h"
 #include "kernels/rope/reference.h"
 #include "runtime/cuda/kernel_args.h"
+#include "tests/kernels_cuda/bits.h"
 #include "tests/kernels_cuda/harness.h"
 
 namespace {
@@ -22,28 +23,9 @@ namespace {
 using smelt::runtime::cuda::InvFreq;
 using smelt::test_cuda::DevPtr;
 using smelt::test_cuda::gpu;
+using smelt::test_cuda::bf16_bits;
+using smelt::test_cuda::expect_bits_equal;
 using smelt::test_cuda::randn;
-
-void expect_bits(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i) {
-    uint32_t x, y;
-    std::memcpy(&x, &got[i], 4);
-    std::memcpy(&y, &want[i], 4);
-    ASSERT_EQ(x, y) << what << " element " << i << ": " << got[i] << " vs " << want[i];
-  }
-}
-
-std::vector<uint16_t> bf16_bits(const std::vector<float>& v) {
-  std::vector<uint16_t> b(v.size());
-  for (size_t i = 0; i < v.size(); ++i) {
-    const float r = smelt::kernels::round_bf16(v[i]);
-    uint32_t u;
-    std::memcpy(&u, &r, 4);
-    b[i] = uint16_t(u >> 16);
-  }
-  return b;
-}
 
 unsigned cdiv(int64_t a, int64_t b) { return unsigned((a + b - 1) / b); }
 
@@ -83,12 +65,12 @@ TEST(CudaSmallDecodeKernels, RopeUnitsEqualsRope) {
                          sh.rd, inverse, f);
             gpu().launch("rope", new_k, rows, units, 1, 256, 0, dx, b, st, sh.heads, sh.hd, sh.rd, inverse, f);
             const auto want = gpu().get<float>(a, n);
-            expect_bits(gpu().get<float>(b, n), want, what);
+            expect_bits_equal(gpu().get<float>(b, n), want, what);
             // In place, and another block size.
             DevPtr c = gpu().put(x);
             gpu().launch("rope", new_k, rows, cdiv(int64_t(sh.heads) * (sh.hd - sh.rd / 2), 96), 1, 96, 0, c, c, st,
                          sh.heads, sh.hd, sh.rd, inverse, f);
-            expect_bits(gpu().get<float>(c, n), want, what + " in place");
+            expect_bits_equal(gpu().get<float>(c, n), want, what + " in place");
           }
       }
 }
@@ -122,11 +104,11 @@ TEST(CudaSmallDecodeKernels, RmsNormRegsEqualsRmsNorm) {
           gpu().launch("rms_norm", round ? "smelt_rms_norm_regs_bf16" : "smelt_rms_norm_regs", segs, 1, 1, threads, 0,
                        dx, b, dw, dt, len, 1e-6f);
           const auto want = gpu().get<float>(a, n);
-          expect_bits(gpu().get<float>(b, n), want, what);
+          expect_bits_equal(gpu().get<float>(b, n), want, what);
           DevPtr c = gpu().put(x);  // in place
           gpu().launch("rms_norm", round ? "smelt_rms_norm_regs_bf16" : "smelt_rms_norm_regs", segs, 1, 1, threads, 0,
                        c, c, dw, dt, len, 1e-6f);
-          expect_bits(gpu().get<float>(c, n), want, what + " in place");
+          expect_bits_equal(gpu().get<float>(c, n), want, what + " in place");
         }
       }
 }
@@ -171,7 +153,7 @@ TEST(CudaSmallDecodeKernels, HcMixSplitEqualsLogitsAndWarpSinkhorn) {
                        1024, part);
           gpu().launch("hc", "smelt_hc_mix_sinkhorn", rows, 1, 1, 128, 0, part, len, 1024, 1e-6f, n, db, wdt, ds, wdt,
                        sh.iters, 1e-6f, p1, q1, c1);
-          expect_bits(outs_of(p1, q1, c1), want,
+          expect_bits_equal(outs_of(p1, q1, c1), want,
                       "n " + std::to_string(n) + " D " + std::to_string(sh.D) + " rows " + std::to_string(rows) +
                           " wdt " + std::to_string(wdt) + " block " + std::to_string(bt));
         }
@@ -221,7 +203,7 @@ TEST(CudaSmallDecodeKernels, StagedRouterEqualsTheOneBlockRouter) {
                                      std::to_string(warps) + " mode " + std::to_string(mode) + " scoring " +
                                      std::to_string(scoring);
             EXPECT_EQ(gpu().get<int32_t>(i1, rows * K), gpu().get<int32_t>(i0, rows * K)) << what;
-            expect_bits(gpu().get<float>(w1, rows * K), gpu().get<float>(w0, rows * K), what + " weights");
+            expect_bits_equal(gpu().get<float>(w1, rows * K), gpu().get<float>(w0, rows * K), what + " weights");
           }
         }
       }
@@ -245,7 +227,7 @@ TEST(CudaSmallDecodeKernels, StagedRouterWithNanScores) {
   gpu().launch("moe", "smelt_moe_route_select", rows, 1, 1, 256, unsigned((3 * E + K) * 4), dots, E, db, 0, DevPtr(0),
                0, int64_t(0), ids, K, 0, 1, 2.5f, 1.0f, w1, i1);
   EXPECT_EQ(gpu().get<int32_t>(i1, rows * K), gpu().get<int32_t>(i0, rows * K));
-  expect_bits(gpu().get<float>(w1, rows * K), gpu().get<float>(w0, rows * K), "weights");
+  expect_bits_equal(gpu().get<float>(w1, rows * K), gpu().get<float>(w0, rows * K), "weights");
 }
 
 // ---- combine ---------------------------------------------------------------------------------------------------
@@ -289,7 +271,7 @@ TEST(CudaSmallDecodeKernels, CombineEqualsHostSums) {
       DevPtr dout = gpu().put(out), drw = gpu().put(rw), didx = gpu().put(idx), y = gpu().alloc(want.size() * 4);
       gpu().launch("moe", "smelt_moe_combine", cdiv(D, 256), rows, 1, 256, 0, dout, drw, didx, topk, n_experts, D,
                    weighted, y);
-      expect_bits(gpu().get<float>(y, want.size()), want,
+      expect_bits_equal(gpu().get<float>(y, want.size()), want,
                   "topk " + std::to_string(topk) + " weighted " + std::to_string(weighted));
     }
 }

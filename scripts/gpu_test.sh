@@ -52,6 +52,12 @@ for opts in "-DSMELT_MMA_TPW=2 -DSMELT_MMA_DOWN_TPW=2" "-DSMELT_MMA_RING_BYTES=4
   echo "== MMA kernel tests with $opts"
   SMELT_TEST_NVRTC_OPTIONS="$opts" "$BUILD/bin/test_kernels_gpu" --gtest_filter='CudaMmaKernels.*' --gtest_brief=1 || status=1
 done
+# The act-quant kernels with row-major weights (-DSMELT_W_TILED=0: the layout on sm_80, and on sm_89+ before the tile
+# order): the harness uploads row-major then (tests/kernels_cuda/harness.cc put_aq).
+echo "== act-quant kernel tests with -DSMELT_W_TILED=0"
+SMELT_TEST_NVRTC_OPTIONS="-DSMELT_W_TILED=0" "$BUILD/bin/test_kernels_gpu" \
+  --gtest_filter='CudaMmaKernels.*:CudaKernels.LinearFp8*:CudaKernelsV41.*Expert*:CudaKernelsV41.Engram*:CudaDecodeKernels.Gemv*:CudaDecodeKernels.Moe*' \
+  --gtest_brief=1 || status=1
 
 # compute-sanitizer memcheck end to end (prefill chunks, decode graph replays, reset): a V4 fixture, and the V4.1
 # tiny backbone (the tensor-core GEMVs and the V4.1 decode kernels on sm_89+).

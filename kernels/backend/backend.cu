@@ -87,3 +87,16 @@ extern "C" __global__ void smelt_spin_ns(u64 ns) {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   } while (t - t0 < ns);
 }
+
+// Row-major quantized weights -> tile order (tile_order_off), 16 bytes a thread: `rows` rows of RB bytes (RB % 16 ==
+// 0), matrices of N rows one after another (experts stacked), BB bytes a 32-block (32 FP8, 16 FP4). src != dst.
+extern "C" __global__ void smelt_tile_weight(const uint4* src, uint4* dst, u64 rows, u64 N, u64 RB, u32 BB) {
+  SMELT_KERNEL_PROLOGUE();
+  const u64 cpr = RB / 16, chunks = rows * cpr;
+  for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < chunks; i += (u64)gridDim.x * blockDim.x) {
+    const u64 row = i / cpr, c = (i - row * cpr) * 16;
+    const u64 m = row / N, n = row - m * N;
+    const u64 off = m * N * RB + (u64)tile_order_off((i64)n, (i64)(c / BB), (i64)N, (i64)RB, (i64)BB) + c % BB;
+    dst[off / 16] = src[i];
+  }
+}

@@ -83,6 +83,15 @@ __device__ __forceinline__ float round_bf16(float x) {
   return __uint_as_float(u);
 }
 
+// Tile order of a quantized weight matrix (kernels/linear/gemv.cuh wtile_off; written by smelt_tile_weight): byte
+// offset of 32-block b of row n, N rows of RB bytes, BB bytes a block. Tiles of 16 rows (the last one N % 16 when N
+// is not a multiple of 16), block b of a tile at b * rows * BB, row r of the tile at r * BB in it.
+__host__ __device__ __forceinline__ i64 tile_order_off(i64 n, i64 b, i64 N, i64 RB, i64 BB) {
+  const i64 t0 = n & ~i64(15);
+  const i64 nr = N - t0 < 16 ? N - t0 : 16;  // rows of this tile
+  return t0 * RB + b * nr * BB + (n - t0) * BB;
+}
+
 // cp.async (sm_80+): 16 bytes global -> shared without registers; src_bytes 0 writes zeros.
 __device__ __forceinline__ u32 smem_addr(const void* p) {
   u32 a;
@@ -92,6 +101,21 @@ __device__ __forceinline__ u32 smem_addr(const void* p) {
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes)
                : "memory");
+}
+// The same with an L2 prefetch hint: the L2 fetches the aligned PF bytes (64, 128 or 256) around src.
+template <int PF>
+__device__ __forceinline__ void cp_async16_pf(void* dst, const void* src, int src_bytes) {
+  if constexpr (PF == 64)
+    asm volatile("cp.async.cg.shared.global.L2::64B [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(src_bytes) : "memory");
+  else if constexpr (PF == 128)
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(src_bytes) : "memory");
+  else if constexpr (PF == 256)
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(src_bytes) : "memory");
+  else
+    cp_async16(dst, src, src_bytes);
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>

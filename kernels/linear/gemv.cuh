@@ -16,6 +16,30 @@ namespace smelt_dev {
 
 enum WFormat { kWF32 = 0, kWBF16 = 1, kWF16 = 2, kWFP8 = 3, kWFP4 = 4 };
 
+// The act-quant weights' layout (FP8 E4M3 [N, K] and packed FP4 [N, K/2] matrices that the act-quant linears and
+// experts read; the weight-only paths' weights stay row-major). SMELT_W_TILED = 1 (the default on sm_89+, whose
+// tensor-core GEMVs read 16 rows x one 32-block per copy: rows K bytes apart, DRAM 21% busy on wo_b): tile order,
+// a tile of 16 rows whose 32-block b lies at b * 16 * BB, row r of the tile at r * BB in it (BB = 32 bytes FP8,
+// 16 FP4), so a warp's copy of a tile's block is one contiguous run and a tile one stream; the last tile holds
+// N % 16 rows when N is not a multiple of 16 (the same bytes as row-major, no padding). The runtime repacks these
+// weights at load (runtime/cuda/device_weights.cc); every act-quant reader addresses them through wtile_off.
+#ifndef SMELT_W_TILED
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#define SMELT_W_TILED 1
+#else
+#define SMELT_W_TILED 0
+#endif
+#endif
+// Byte offset of 32-block b of row n in an act-quant weight matrix of N rows (row bytes RB, block bytes BB).
+__device__ __forceinline__ i64 wtile_off(i64 n, int b, i64 N, i64 RB, int BB) {
+#if SMELT_W_TILED
+  return tile_order_off(n, b, N, RB, BB);
+#else
+  (void)N;
+  return n * RB + i64(b) * BB;
+#endif
+}
+
 // Eight consecutive weights of row n starting at k0 (k0 % 8 == 0), dequantized to fp32.
 // FP8: E4M3 [N, K] with E8M0 block scales [ceil(N/blk), ceil(K/blk)]; FP4: packed E2M1 [N, K/2] with E8M0
 // scales [N, ceil(K/32)].
@@ -280,11 +304,11 @@ __device__ __forceinline__ float block_dot_exact(const i32* xu, const u8* wb) {
   }
 }
 
-// out[r] = sum over K-blocks b in order of fp32(block sum) * xs[r, b] * ws(n, b), for r < nrows (<= RT).
-// xu [rows, K] i32 units, xs [rows, K/32] float scales (row strides ldu / lds). K % 32 == 0.
+// out[r] = sum over K-blocks b in order of fp32(block sum) * xs[r, b] * ws(n, b), for r < nrows (<= RT); W has N
+// rows (wtile_off). xu [rows, K] i32 units, xs [rows, K/32] float scales (row strides ldu / lds). K % 32 == 0.
 template <bool FP4, int RT>
 __device__ __forceinline__ void dot_rows_aq(const i32* xu, i64 ldu, const float* xs, i64 lds, int nrows, const u8* w,
-                                            const u8* ws, i64 n, int K, int blk, float* out) {
+                                            const u8* ws, i64 n, i64 N, int K, int blk, float* out) {
   const int lane = threadIdx.x & 31;
   const int nb = K / 32;
   float acc[RT];
@@ -294,7 +318,7 @@ __device__ __forceinline__ void dot_rows_aq(const i32* xu, i64 ldu, const float*
     const int b = b0 + lane;
     float term[RT];
     if (b < nb) {
-      const u8* wb = FP4 ? w + n * (K / 2) + b * 16 : w + n * K + b * 32;
+      const u8* wb = w + wtile_off(n, b, N, FP4 ? K / 2 : K, FP4 ? 16 : 32);
       const float sw = FP4 ? e8m0_decode(ws[n * nb + b])
                            : e8m0_decode(ws[(n >> blk_log2(blk)) * ((K + blk - 1) >> blk_log2(blk)) + ((b * 32) >> blk_log2(blk))]);
 #pragma unroll

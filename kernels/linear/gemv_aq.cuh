@@ -176,11 +176,11 @@ __device__ __forceinline__ float block_dot_staged(const i32* xq, int b, const WB
   return __int2float_rn(s) * 0.0009765625f;  // units 2^-9 * 0.5
 }
 
-// Weight block b of row n and its scale (FP8: E4M3 [N, K], E8M0 [ceil(N/blk), ceil(K/blk)]; FP4: packed
-// [N, K/2], E8M0 [N, K/32]).
+// Weight block b of row n (layout: wtile_off) and its scale (FP8: E4M3 [N, K], E8M0 [ceil(N/blk), ceil(K/blk)]; FP4:
+// packed [N, K/2], E8M0 [N, K/32]).
 template <bool FP4>
-__device__ __forceinline__ const u8* wblock_ptr(const u8* w, i64 n, int b, int K) {
-  return FP4 ? w + n * (K / 2) + b * 16 : w + n * K + b * 32;
+__device__ __forceinline__ const u8* wblock_ptr(const u8* w, i64 n, int b, int K, i64 N) {
+  return w + wtile_off(n, b, N, FP4 ? K / 2 : K, FP4 ? 16 : 32);
 }
 template <bool FP4>
 __device__ __forceinline__ float wblock_scale(const u8* ws, i64 n, int b, int K, int blk) {

@@ -41,10 +41,8 @@ constexpr int kMmaWarps = 8;  // block of 256 threads
 #ifndef SMELT_MMA_GROUP
 #define SMELT_MMA_GROUP 4  // blocks consumed per cp.async wait
 #endif
-#ifndef SMELT_MMA_PACKED
-// 1: the kernels read the weights as if repacked in tile order (a tile's 16 rows x 32-block stages contiguous). The
-// loader does not repack yet, so only the tuning bench (random codes, timing only) may set it.
-#define SMELT_MMA_PACKED 0
+#ifndef SMELT_MMA_L2PF
+#define SMELT_MMA_L2PF 0  // L2 prefetch hint of the weight copies in bytes (0: none; 64, 128, 256)
 #endif
 #ifndef SMELT_MMA_TPW
 #define SMELT_MMA_TPW 1  // 16-row matrices a warp of the linear GEMV walks at once (1 or 2)
@@ -224,10 +222,13 @@ struct MmaSegment {
   static constexpr int DMAX = FP4 && NW == 2 ? 8 : 16;
   static constexpr int D = kMmaRingBytes / SB < DMAX ? kMmaRingBytes / SB : DMAX;
   static_assert((D & (D - 1)) == 0 && D >= 4, "D: a power of two of at least one group");
+  static constexpr int G = SMELT_MMA_GROUP;
+  // cp.async.wait_group argument: copy groups (one a block) that may stay in flight while a group of G is consumed.
+  static constexpr int WAIT = D - G;
   const u8* src[NW];  // this lane's copy source of block 0 (FP8: row lane / 2, half lane % 2; FP4: row lane % 16)
   const u8* sA[NW];
   const u8* sB[NW];
-  int src_bytes[NW], sh, b0_, b1_;
+  int src_bytes[NW], bstr[NW], sh, b0_, b1_;  // bstr: bytes from a block of the tile to the next (wtile_off)
   u8* ring;
   // Block scales. FP4 (a byte per row and block): a register ring beside the weight ring, static slots. FP8 (one byte
   // per block for all 16 rows): the segment's bytes in shared memory, loaded once by prefetch(): a register ring in
@@ -258,13 +259,19 @@ struct MmaSegment {
       const bool cv = nm + crow < N && (!FP4 || NW == 2 || lane < 16);
       src_bytes[m] = cv ? 16 : 0;
       const i64 row = cv ? nm + crow : n0;
-#if SMELT_MMA_PACKED
-      // Tile order: tile n0 / 16 at n0 * (bytes of a row), block b of it at b * (stage bytes of a matrix), its 16 rows
-      // one after another: every copy instruction of the warp reads one contiguous run.
-      src[m] = FP4 ? w[m] + nm * (K / 2) + (lane & 15) * 16 : w[m] + nm * K + lane * 16;
-      (void)row;
+#if SMELT_W_TILED
+      // Tile order (wtile_off): block b of the tile at b * (its rows x BB), its rows one after another: every copy
+      // instruction of the warp reads one contiguous run. nm is a multiple of 16.
+      {
+        const i64 nr = N - nm < 16 ? N - nm : 16;
+        src[m] = FP4 ? w[m] + nm * (K / 2) + (lane & 15) * 16 : w[m] + nm * K + lane * 16;
+        bstr[m] = int(nr > 0 ? nr : 16) * (FP4 ? 16 : 32);
+        if (!cv) src[m] = w[m] + n0 * (FP4 ? K / 2 : K);
+        (void)row;
+      }
 #else
       src[m] = FP4 ? w[m] + row * (K / 2) : w[m] + row * K + (lane & 1) * 16;
+      bstr[m] = FP4 ? 16 : 32;
 #endif
       if (FP4) {
         sA[m] = ws[m] + (vA ? nm + g : n0) * nb;
@@ -284,12 +291,12 @@ struct MmaSegment {
         const bool hi = NW == 2 && lane >= 16;
         const u8* sp = hi ? src[NW - 1] : src[0];
         if (NW == 2 || lane < 16)
-          cp_async16(ring + slot * SB + (hi ? 256 : 0) + (lane & 15) * 16, sp + i64(b) * (SMELT_MMA_PACKED ? 256 : 16),
+          cp_async16_pf<SMELT_MMA_L2PF>(ring + slot * SB + (hi ? 256 : 0) + (lane & 15) * 16, sp + i64(b) * (hi ? bstr[NW - 1] : bstr[0]),
                      hi ? src_bytes[NW - 1] : src_bytes[0]);
       } else {
 #pragma unroll
         for (int m = 0; m < NW; ++m)
-          cp_async16(ring + slot * SB + m * 512 + (lane >> 1) * 32 + (lane & 1) * 16, src[m] + i64(b) * (SMELT_MMA_PACKED ? 512 : 32),
+          cp_async16_pf<SMELT_MMA_L2PF>(ring + slot * SB + m * 512 + (lane >> 1) * 32 + (lane & 1) * 16, src[m] + i64(b) * bstr[m],
                      src_bytes[m]);
       }
       if (FP4) {
@@ -383,14 +390,13 @@ struct MmaSegment {
   // by instruction fetch, and the rolled loop measured 6-10% slower for it (moe up / down, H200).
   template <int NC, bool NZ>
   __device__ __forceinline__ void run(int b0, int b1, const u8* xrow, const float* xsl, float (*acc)[2 * NC]) {
-    constexpr int G = SMELT_MMA_GROUP;
     static_assert(D % G == 0, "the ring holds whole groups");
     if constexpr (FP4) {
       for (int bb = b0; bb < b1; bb += D) {
 #pragma unroll
         for (int j0 = 0; j0 < D; j0 += G) {
           if (bb + j0 >= b1) break;  // uniform
-          cp_async_wait<D - G>();
+          cp_async_wait<WAIT>();
           __syncwarp();
 #pragma unroll
           for (int j = j0; j < j0 + G; ++j)
@@ -404,8 +410,8 @@ struct MmaSegment {
       int slot = 0;
 #pragma unroll 1
       for (int b = b0; b < b1; b += G) {
-        cp_async_wait<D - G>();  // this lane's copies of blocks b .. b + G - 1 have landed ...
-        __syncwarp();            // ... and every lane's
+        cp_async_wait<WAIT>();  // this lane's copies of blocks b .. b + G - 1 have landed ...
+        __syncwarp();           // ... and every lane's
 #pragma unroll
         for (int j = 0; j < G; ++j)
           if (b + j < b1) consume<NC, NZ>(slot + j, b + j, 0u, xrow, xsl, acc);

@@ -85,7 +85,7 @@ __device__ void linear_aq_body(const i32* xu, const float* xs, float* y, const u
   for (int r0 = 0; r0 < rows; r0 += kRT) {
     float out[kRT];
     const int nr = rows - r0 < kRT ? rows - r0 : kRT;
-    dot_rows_aq<FP4, kRT>(xu + i64(r0) * K, K, xs + i64(r0) * nb, nb, nr, w, ws, n, K, blk, out);
+    dot_rows_aq<FP4, kRT>(xu + i64(r0) * K, K, xs + i64(r0) * nb, nb, nr, w, ws, n, N, K, blk, out);
     if ((threadIdx.x & 31) == 0)
       for (int r = 0; r < nr; ++r) {
         float v = out[r];

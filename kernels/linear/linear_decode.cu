@@ -35,11 +35,11 @@ __device__ void gemv_aq_body(const float* x, float* y, const u8* w, const u8* ws
       WBlock<FP4> q0{}, q1{};
       float s0 = 0.f, s1 = 0.f;
       if (v0) {
-        q0 = load_wblock<FP4>(wblock_ptr<FP4>(w, n0 + c0, b0, K));
+        q0 = load_wblock<FP4>(wblock_ptr<FP4>(w, n0 + c0, b0, K, N));
         s0 = wblock_scale<FP4>(ws, n0 + c0, b0, K, blk);
       }
       if (v1) {
-        q1 = load_wblock<FP4>(wblock_ptr<FP4>(w, n0 + c1, b1, K));
+        q1 = load_wblock<FP4>(wblock_ptr<FP4>(w, n0 + c1, b1, K, N));
         s1 = wblock_scale<FP4>(ws, n0 + c1, b1, K, blk);
       }
       if (v0) tb[c0 * ld + b0] = __fmul_rn(__fmul_rn(block_dot_staged(xq, b0, q0), xsc[b0]), s0);

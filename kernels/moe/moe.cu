@@ -157,8 +157,8 @@ __device__ void up_aq_body(const i32* xu, const float* xs, int D, int F, int top
   float g = 0.f, u = 0.f;
   const int nb = D / 32;
   if (e >= 0) {
-    dot_rows_aq<FP4, 1>(xu + r * D, D, xs + r * nb, nb, 1, eptr(w, e, 0), eptr(w, e, 1), f, D, blk, &g);
-    dot_rows_aq<FP4, 1>(xu + r * D, D, xs + r * nb, nb, 1, eptr(w, e, 4), eptr(w, e, 5), f, D, blk, &u);
+    dot_rows_aq<FP4, 1>(xu + r * D, D, xs + r * nb, nb, 1, eptr(w, e, 0), eptr(w, e, 1), f, F, D, blk, &g);
+    dot_rows_aq<FP4, 1>(xu + r * D, D, xs + r * nb, nb, 1, eptr(w, e, 4), eptr(w, e, 5), f, F, D, blk, &u);
   }
   if ((threadIdx.x & 31) != 0) return;
   if (e < 0) {
@@ -178,7 +178,7 @@ __device__ void down_aq_body(const i32* hu, const float* hs, int D, int F, int t
   const int e = expert_of(idx, rt, n_experts);
   const int nb = F / 32;
   float y = 0.f;
-  if (e >= 0) dot_rows_aq<FP4, 1>(hu + rt * F, F, hs + rt * nb, nb, 1, eptr(w, e, 2), eptr(w, e, 3), d, F, blk, &y);
+  if (e >= 0) dot_rows_aq<FP4, 1>(hu + rt * F, F, hs + rt * nb, nb, 1, eptr(w, e, 2), eptr(w, e, 3), d, D, F, blk, &y);
   if ((threadIdx.x & 31) == 0) out[rt * D + d] = (rb && e >= 0) ? round_bf16(y) : y;
 }
 

@@ -41,8 +41,8 @@ __device__ void up_dec_body(const float* x, int D, int F, int topk, const i32* i
       const int t = int(q / F), f = int(q - i64(t) * F);
       const int e = expert_of(idx, t, n_experts);
       if (e < 0) continue;  // the fold writes 0
-      const WBlock<FP4> a = load_wblock<FP4>(wblock_ptr<FP4>(eptr(w, e, 0), f, b, D));
-      const WBlock<FP4> g = load_wblock<FP4>(wblock_ptr<FP4>(eptr(w, e, 4), f, b, D));
+      const WBlock<FP4> a = load_wblock<FP4>(wblock_ptr<FP4>(eptr(w, e, 0), f, b, D, F));
+      const WBlock<FP4> g = load_wblock<FP4>(wblock_ptr<FP4>(eptr(w, e, 4), f, b, D, F));
       const float sa = wblock_scale<FP4>(eptr(w, e, 1), f, b, D, blk);
       const float sg = wblock_scale<FP4>(eptr(w, e, 5), f, b, D, blk);
       tg[c * ld + b] = __fmul_rn(__fmul_rn(block_dot_staged(xq, b, a), xsc[b]), sa);
@@ -90,12 +90,12 @@ __device__ void down_dec_body(const float* h, int D, int F, int topk, const i32*
       float sa = 0.f, sb = 0.f;
       if (ea >= 0) {
         const int d = int(qa - i64(ta) * D);
-        wa = load_wblock<FP4>(wblock_ptr<FP4>(eptr(w, ea, 2), d, b0, F));
+        wa = load_wblock<FP4>(wblock_ptr<FP4>(eptr(w, ea, 2), d, b0, F, D));
         sa = wblock_scale<FP4>(eptr(w, ea, 3), d, b0, F, blk);
       }
       if (eb >= 0) {
         const int d = int(qb - i64(tb_) * D);
-        wb = load_wblock<FP4>(wblock_ptr<FP4>(eptr(w, eb, 2), d, b1, F));
+        wb = load_wblock<FP4>(wblock_ptr<FP4>(eptr(w, eb, 2), d, b1, F, D));
         sb = wblock_scale<FP4>(eptr(w, eb, 3), d, b1, F, blk);
       }
       // Slot t's staged row starts at block t * nb of the rotated layout (F % 32 == 0).

@@ -139,14 +139,26 @@ CudaBackend::CudaBackend(const Plan& plan, const BackendOptions& o) : plan_(plan
 
     // Scratch: one region as large as the largest op asks for (ops run one after another on one stream).
     uint64_t scratch = 0;
+    std::vector<int> act_quant_weights, weight_only_weights;
     for (const OpRef& op : plan.ops()) {
       Prepare p;
       if (is_collective(op.spec->kind)) p.scratch_bytes = NcclComms::scratch_bytes(plan, op, plan.max_rows());
       else prepare_op(plan, op, plan.max_rows(), p);
       scratch = std::max(scratch, p.scratch_bytes);
+      act_quant_weights.insert(act_quant_weights.end(), p.act_quant_weights.begin(), p.act_quant_weights.end());
+      weight_only_weights.insert(weight_only_weights.end(), p.weight_only_weights.begin(), p.weight_only_weights.end());
     }
 
     weights_.plan_layout(plan);
+    // The act-quant kernels compiled for sm_89+ read their FP8 / FP4 weights in tile order (kernels/linear/gemv.cuh
+    // wtile_off): those weights are repacked at upload. A weight read by both kinds of kernel has no one layout.
+    if (arch_num(arch_) >= 89) {
+      for (int id : weight_only_weights)
+        if (std::find(act_quant_weights.begin(), act_quant_weights.end(), id) != act_quant_weights.end())
+          throw Error(plan.path() + ": weight " + std::to_string(id) + " (" + plan.weight_name(id) +
+                      ") is read by act-quant and by weight-only kernels, which need different layouts on " + arch_);
+      for (int id : act_quant_weights) weights_.set_tiled(id);
+    }
     int n_states = plan.fb().states() ? int(plan.fb().states()->size()) : 0;
     for (int s = 0; s < n_states; ++s) {
       std::vector<int64_t> shape = plan.state_shape(s);
@@ -170,7 +182,7 @@ CudaBackend::CudaBackend(const Plan& plan, const BackendOptions& o) : plan_(plan
     reset_state();
 
     if (o.synthetic) weights_.synthesize(plan, o.seed, *this);
-    else weights_.upload(plan, o.model_dir);
+    else weights_.upload(plan, o.model_dir, *this);
 
     const auto* bufs = plan.fb().buffers();
     ops_.resize(plan.ops().size());

@@ -85,11 +85,33 @@ void DeviceWeights::allocate() {
   for (size_t id = 0; id < w_.size(); ++id) w_[id].ptr = base_ + offset_[id];
 }
 
-void DeviceWeights::upload(const Plan& plan, const std::string& model_dir) {
+void DeviceWeights::set_tiled(int id) {
+  DeviceWeight& w = w_.at(size_t(id));
+  if (w.tiled) return;
+  const bool ok = (w.dtype == fb::DType::F8_E4M3 || w.dtype == fb::DType::I8) && w.shape.size() >= 2 &&
+                  w.shape.back() % (w.dtype == fb::DType::I8 ? 16 : 32) == 0;
+  if (!ok)
+    throw Error("weight " + std::to_string(id) + ": act-quant weights must be FP8 [N, K] or FP4 [N, K/2] with K % 32 == 0");
+  w.tiled = true;
+}
+
+void DeviceWeights::upload(const Plan& plan, const std::string& model_dir, CudaBackend& backend) {
   Weights host = Weights::load(plan, model_dir, /*host_copies=*/false);
   allocate();
   const Driver& d = driver();
   std::vector<uint8_t> converted;
+  // Tiled weights go to a staging buffer, then smelt_tile_weight writes them into place.
+  uint64_t staging_bytes = 0;
+  for (size_t id = 0; id < w_.size(); ++id)
+    if (w_[id].tiled) staging_bytes = std::max(staging_bytes, bytes_[id]);
+  struct Staging {
+    CUdeviceptr p = 0;
+    ~Staging() {
+      if (p) driver().cuMemFree(p);
+    }
+  } stage;
+  if (staging_bytes) check(d.cuMemAlloc(&stage.p, staging_bytes), "allocating the weight staging buffer");
+  const CUdeviceptr staging = stage.p;
   for (size_t id = 0; id < w_.size(); ++id) {
     std::span<const uint8_t> src = host.stored(int(id));
     fb::DType stored = plan.fb().weights()->Get(flatbuffers::uoffset_t(id))->dtype();
@@ -125,7 +147,21 @@ void DeviceWeights::upload(const Plan& plan, const std::string& model_dir) {
       throw Error(plan.path() + ": weight " + std::to_string(id) + " (" + plan.weight_name(int(id)) + "): " +
                   std::to_string(src.size()) + " stored bytes, the plan's shape needs " + std::to_string(bytes_[id]));
     }
-    if (bytes_[id]) check(d.cuMemcpyHtoD(w_[id].ptr, p, bytes_[id]), "uploading the weights");
+    if (!bytes_[id]) continue;
+    if (!w_[id].tiled) {
+      check(d.cuMemcpyHtoD(w_[id].ptr, p, bytes_[id]), "uploading the weights");
+      continue;
+    }
+    check(d.cuMemcpyHtoD(staging, p, bytes_[id]), "uploading the weights");
+    // [.., N, RB] bytes: every matrix of the leading dims tiled on its own (BB: bytes of a 32-block).
+    const std::vector<int64_t>& s = w_[id].shape;
+    unsigned long long from = staging, to = w_[id].ptr, N = uint64_t(s[s.size() - 2]), RB = uint64_t(s.back());
+    unsigned long long rows = bytes_[id] / RB;
+    unsigned BB = w_[id].dtype == fb::DType::I8 ? 16u : 32u;
+    void* args[] = {&from, &to, &rows, &N, &RB, &BB};
+    const unsigned grid = unsigned(std::min<uint64_t>((bytes_[id] / 16 + 255) / 256, 4096));
+    backend.launch_own("smelt_tile_weight", grid, 256, args);
+    check(d.cuStreamSynchronize(backend.stream()), "repacking the weights");  // the staging buffer is reused
   }
 }
 

@@ -29,11 +29,15 @@ class DeviceWeights {
   uint64_t bytes() const { return total_; }
   // Allocates and fills from the checkpoint (`model_dir` "" = the plan's) or, with `seed`, synthetically
   // (kernels of the plan's "backend" family, launched by `backend`).
-  void upload(const Plan& plan, const std::string& model_dir);
+  // Weights marked by set_tiled are repacked into tile order on the GPU (kernels/linear/gemv.cuh wtile_off) by
+  // `backend`; synthetic weights are random codes in any order, so they are not.
+  void upload(const Plan& plan, const std::string& model_dir, CudaBackend& backend);
   void synthesize(const Plan& plan, uint64_t seed, CudaBackend& backend);
 
   const DeviceWeight& operator[](int id) const { return w_[size_t(id)]; }
   uint64_t weight_bytes(int id) const { return bytes_[size_t(id)]; }
+  // After plan_layout: weight `id` (FP8 E4M3 [.., N, K] or packed FP4 I8 [.., N, K/2]) is kept in tile order.
+  void set_tiled(int id);
   size_t size() const { return w_.size(); }
 
  private:

@@ -31,6 +31,8 @@ struct DeviceWeight {
   DevPtr ptr = 0;
   smelt::plan::DType dtype = smelt::plan::DType::F32;
   std::vector<int64_t> shape;
+  int id = -1;         // the plan's weight id
+  bool tiled = false;  // in tile order (kernels/linear/gemv.cuh wtile_off): act-quant FP8 / FP4 weights on sm_89+
 };
 
 class Launcher;  // the backend's services to launchers (below)
@@ -66,6 +68,9 @@ class Launcher {
 // Asked once per op when the plan is loaded: how much scratch the op needs at `max_rows` rows.
 struct Prepare {
   uint64_t scratch_bytes = 0;
+  // Quantized (FP8 / FP4) weights the op's act-quant kernels read (tile order on sm_89+) and those its weight-only
+  // kernels read (row-major): plan weight ids.
+  std::vector<int> act_quant_weights, weight_only_weights;
 };
 
 // runtime/cuda/ops*.cc: one entry per op name of docs/ops.md. `prepare` may be called before any `run`.

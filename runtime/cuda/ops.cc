@@ -138,6 +138,7 @@ void linear(Ctx& c, DevPtr x, DevPtr y, const DeviceWeight* w, const DeviceWeigh
   const LinearW f = linear_format(c, w, s, what);
   if (K % 8) c.fail("the cuda linear kernels need K % 8 == 0, got K = " + std::to_string(K));
   const DevPtr wp = ptr(w), sp = ptr(s);
+  if (f.quant) c.reads(w, aq);
   if (aq && f.quant) {
     if (rows <= 8 && mma_kernels(c.l, 89) && try_linear_mma(c, x, y, f, wp, sp, rows, K, N, scale_after, round))
       return;  // tensor-core block sums (ops_mma.cc)
@@ -279,6 +280,9 @@ void run_experts(Ctx& c, bool routed) {
   const detail::ExpertsLaunch el{l.in[0], idx, rw, h, out, ew, D, F, topk, n_experts, f, limit, routed, is_round(op)};
   // V4.1 with the model's numerics: act quant, exact GEMMs, bf16 roundings. Under numerics = "fp32" the
   // reference runs plain fp32 on the dequantized weights (no act quant): the weight-only kernels below.
+  if (scaled)  // the act-quant kernels below read every expert's w1, w2, w3 in tile order (sm_89+), the others row-major
+    for (int e = 0; e < n_experts; ++e)
+      for (int j : {0, 2, 4}) c.reads(weight(l, size_t(e) * 6 + j), detail::model_rounding(op) != 0);
   if (scaled && detail::model_rounding(op)) {
     if (rows == 1 && detail::mma_kernels(l, 89) && detail::try_experts_mma(c, el)) {  // tensor-core block sums
       combine(0);
@@ -430,6 +434,7 @@ void run_v4(Ctx& c) {
     case OpKind::GroupedLinear: {
       const int G = int(op.i("groups")), K = int(l.in_w[0] / G), N = int(l.out_w[0] / G);
       const detail::LinearW f = detail::linear_format(c, weight(l, 0), weight(l, 1), "weight");
+      if (f.quant) c.reads(weight(l, 0), false);
       if (K % 8) c.fail("the cuda linear kernels need K % 8 == 0, got " + std::to_string(K));
       if (detail::mma_kernels(l, 80) && detail::try_linear_wo_mma(c, l.in[0], l.out[0], f, ptr(weight(l, 0)),
                                                                    ptr(weight(l, 1)), rows, K, N, G, 1.f,
@@ -584,6 +589,7 @@ void prepare_op(const Plan& plan, const OpRef& op, int64_t max_rows, Prepare& ou
     ws[j].ptr = 0;
     ws[j].dtype = plan.fb().weights()->Get(op.weights[j])->dtype();
     ws[j].shape = plan.weight_shape(op.weights[j]);
+    ws[j].id = op.weights[j];
     l.w.push_back(&ws[j]);
   }
   for (size_t j = 0; j < op.states.size() && j < 4; ++j)
@@ -592,6 +598,7 @@ void prepare_op(const Plan& plan, const OpRef& op, int64_t max_rows, Prepare& ou
       l.state[j] = 1, l.state_rows[j] = s[0], l.state_cols[j] = s.size() > 1 ? s[1] : 1;
     }
   Ctx c{l, true};
+  c.prep = &out;
   run(c);
   out.scratch_bytes = c.used;
 }

@@ -19,6 +19,12 @@ struct Ctx {
   bool dry = false;            // prepare: no launches, no device pointers
   uint64_t used = 0;           // scratch bytes carved so far
   bool round_done = false;     // the op applied its `round` attribute itself
+  Prepare* prep = nullptr;     // prepare: where the weights' readers are recorded
+
+  // Prepare: quantized weight w is read by act-quant kernels (tile order on sm_89+) or by weight-only ones.
+  void reads(const DeviceWeight* w, bool act_quant) {
+    if (prep && w && w->id >= 0) (act_quant ? prep->act_quant_weights : prep->weight_only_weights).push_back(w->id);
+  }
 
   const OpRef& op() const { return *l.op; }
   [[noreturn]] void fail(const std::string& msg) const { l.plan->fail(*l.op, msg); }

@@ -1,6 +1,6 @@
 // Tuning bench of the tensor-core decode GEMVs (kernels/linear/gemv_mma.cuh: smelt_gemv_fp8_mma, smelt_moe_*_mma)
 // at the V4.1-Flash decode shapes: every variant of the plan-time knobs (SMELT_MMA_RING_BYTES, _MIN_BLOCKS, _GROUP,
-// _PACKED, _TPW) x launch shape (blocks per multiprocessor, K split), timed on the GPU against the device copy bandwidth
+// _TPW, _L2PF; SMELT_W_TILED) x launch shape (blocks per multiprocessor, K split), timed on the GPU against the device copy bandwidth
 // measured in the same run. A benchmark, not a test: it checks nothing (test_mma_kernels_gpu does).
 //
 //   bench_mma_gemv compile DIR [--arch sm_90]   no GPU needed (NVRTC): DIR/<variant>.<family>.cubin
@@ -36,21 +36,27 @@ struct Variant {
   int ring;        // SMELT_MMA_RING_BYTES (the launch's shared memory depends on it)
   int min_blocks;  // SMELT_MMA_MIN_BLOCKS
   int group;       // SMELT_MMA_GROUP
-  int packed = 0;  // SMELT_MMA_PACKED: the weights read as if repacked in tile order (timing only: random codes)
+  int tiled = 1;   // SMELT_W_TILED: the weights in tile order (the runtime's layout on sm_89+) or row-major (0)
   int tpw = 1;     // SMELT_MMA_TPW: 16-row matrices a warp of the linear walks at once
   int down_tpw = 1;  // SMELT_MMA_DOWN_TPW: the same for the experts' down projection
+  int l2pf = 0;      // SMELT_MMA_L2PF: L2 prefetch hint of the weight copies (bytes)
 };
 // "base" is what the runtime compiles (the knobs' defaults). Every FP4 stage of two matrices is 512 bytes and an FP8
-// one of two matrices 1 KB; a ring must hold at least one group of stages (group <= ring / stage).
+// one of two matrices 1 KB; a ring must hold at least one group of stages (group <= ring / stage). The codes are
+// random, so either layout times the same work.
 const Variant kVariants[] = {
-    {"base", 8192, 2, 4},  {"ring4k", 4096, 2, 4},  {"packed", 8192, 2, 4, 1},  {"ring4k_packed", 4096, 2, 4, 1},
-    {"tpw2", 8192, 2, 4, 0, 2, 2},
+    {"base", 8192, 2, 4},
+    {"rowmajor", 8192, 2, 4, 0},
+    {"pf128", 8192, 2, 4, 1, 1, 1, 128},
+    {"ring4k", 4096, 2, 4},
+    {"rowmajor_pf128", 8192, 2, 4, 0, 1, 1, 128},
 };
 
 std::vector<std::string> defines(const Variant& v) {
   return {"-DSMELT_MMA_RING_BYTES=" + std::to_string(v.ring), "-DSMELT_MMA_MIN_BLOCKS=" + std::to_string(v.min_blocks),
-          "-DSMELT_MMA_GROUP=" + std::to_string(v.group), "-DSMELT_MMA_PACKED=" + std::to_string(v.packed),
-          "-DSMELT_MMA_TPW=" + std::to_string(v.tpw), "-DSMELT_MMA_DOWN_TPW=" + std::to_string(v.down_tpw)};
+          "-DSMELT_MMA_GROUP=" + std::to_string(v.group), "-DSMELT_W_TILED=" + std::to_string(v.tiled),
+          "-DSMELT_MMA_TPW=" + std::to_string(v.tpw), "-DSMELT_MMA_DOWN_TPW=" + std::to_string(v.down_tpw),
+          "-DSMELT_MMA_L2PF=" + std::to_string(v.l2pf)};
 }
 
 // gemv_mma.cuh mma_smem_bytes with the variant's ring.

@@ -110,6 +110,16 @@ DevPtr Gpu::alloc(size_t bytes) {
 }
 
 void Gpu::upload(DevPtr dst, const void* src, size_t bytes) { check(api.cuMemcpyHtoD(dst, src, bytes), "upload"); }
+
+bool Gpu::aq_weights_tiled() const {
+  const char* o = std::getenv("SMELT_TEST_NVRTC_OPTIONS");
+  if (o && std::string(o).find("-DSMELT_W_TILED=0") != std::string::npos) return false;
+  return std::atoi(arch_.c_str() + 3) >= 89;
+}
+
+DevPtr Gpu::put_aq(const std::vector<uint8_t>& w, int64_t N, int64_t RB, bool fp4) {
+  return put(aq_weights_tiled() ? tile_order(w, N, RB, fp4 ? 16 : 32) : w);
+}
 void Gpu::download(void* dst, DevPtr src, size_t bytes) { check(api.cuMemcpyDtoH(dst, src, bytes), "download"); }
 
 void* Gpu::function(const std::string& family, const char* name, unsigned shmem) {

@@ -2,6 +2,7 @@
 // the kernel families are compiled with smelt_nvrtc for the device's own arch, buffers are plain device
 // allocations. Throws smelt::Error on any failure.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <random>
@@ -29,6 +30,12 @@ class Gpu {
     upload(p, v.data(), v.size() * sizeof(T));
     return p;
   }
+  // Act-quant FP8 / FP4 weight bytes (matrices of N rows of RB bytes, stacked) as the runtime keeps them on this
+  // GPU (runtime/cuda/device_weights.cc): in tile order when aq_weights_tiled(), else as given.
+  DevPtr put_aq(const std::vector<uint8_t>& w, int64_t N, int64_t RB, bool fp4);
+  // Whether the act-quant kernels compiled here read tile order: sm_89+ unless SMELT_TEST_NVRTC_OPTIONS sets
+  // -DSMELT_W_TILED=0 (kernels/linear/gemv.cuh).
+  bool aq_weights_tiled() const;
   template <class T>
   std::vector<T> get(DevPtr p, size_t n) {
     std::vector<T> v(n);
@@ -112,6 +119,21 @@ inline std::vector<uint8_t> fp8_codes(size_t n, uint32_t seed) {
 inline unsigned gemv_aq_smem(int K, int rows_staged, int cpb, int terms, bool fp4) {
   const int x_bytes = fp4 ? 4 : 8;  // XStage: FP8 weights stage the activation units as doubles
   return unsigned(rows_staged * (K * x_bytes + (K / 32) * 4) + 2 * cpb * terms * (K / 32 + 1) * 4);
+}
+
+// Row-major quantized weight bytes -> tile order (the layout of kernels/cuda/common.cuh tile_order_off, written out
+// here on its own): matrices of N rows of RB bytes, tiles of 16 rows (the last one N % 16), a tile's 32-block b
+// (BB bytes: 32 FP8, 16 FP4) at b * rows * BB, its row r at r * BB in it.
+inline std::vector<uint8_t> tile_order(const std::vector<uint8_t>& w, int64_t N, int64_t RB, int64_t BB) {
+  std::vector<uint8_t> t(w.size());
+  const int64_t rows = int64_t(w.size()) / RB;
+  for (int64_t row = 0; row < rows; ++row) {
+    const int64_t m = row / N, n = row % N, t0 = n / 16 * 16, nr = std::min<int64_t>(16, N - t0);
+    for (int64_t b = 0; b < RB / BB; ++b)
+      for (int64_t i = 0; i < BB; ++i)
+        t[size_t(m * N * RB + t0 * RB + b * nr * BB + (n - t0) * BB + i)] = w[size_t(row * RB + b * BB + i)];
+  }
+  return t;
 }
 
 // Random E8M0 scales 2^(lo-127) .. 2^(lo-120).

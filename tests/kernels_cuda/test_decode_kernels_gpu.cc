@@ -47,7 +47,7 @@ TEST(CudaDecodeKernels, GemvActQuantEqualsQuantReferenceBitForBit) {
         std::vector<float> ref(size_t(rows) * N);
         if (fp4) q::fp4_linear(x.data(), rows, K, w.data(), s.data(), N, ref.data(), false, 32);
         else q::fp8_linear(x.data(), rows, K, w.data(), s.data(), N, 32, ref.data(), false, 32);
-        DevPtr dx = gpu().put(x), dw = gpu().put(w), ds = gpu().put(s);
+        DevPtr dx = gpu().put(x), dw = gpu().put_aq(w, N, fp4 ? K / 2 : K, fp4), ds = gpu().put(s);
         DevPtr xu = gpu().alloc(size_t(rows) * K * 4), xs = gpu().alloc(size_t(rows) * K / 32 * 4);
         DevPtr dy = gpu().alloc(ref.size() * 4), dr = gpu().alloc(ref.size() * 4);
         gpu().launch("linear", "smelt_act_quant_b32", (K / 32 + 7) / 8, rows, 1, 256, 0, dx, K, K, xu, xs);
@@ -78,7 +78,7 @@ TEST(CudaDecodeKernels, GemvFp8NanCodesMatchTheWarpPerColumnKernel) {
   auto w = fp8_codes(size_t(N) * K, 78);
   for (int n = 0; n < N; n += 5) w[size_t(n) * K + size_t(n % 16) * 32 + 7] = (n & 1) ? 0xFF : 0x7F;
   auto s = e8m0_codes(size_t((N + 31) / 32) * (K / 32), 79);
-  DevPtr dx = gpu().put(x), dw = gpu().put(w), ds = gpu().put(s);
+  DevPtr dx = gpu().put(x), dw = gpu().put_aq(w, N, K, false), ds = gpu().put(s);
   DevPtr xu = gpu().alloc(size_t(K) * 4), xs = gpu().alloc(size_t(K) / 32 * 4);
   DevPtr dy = gpu().alloc(size_t(N) * 4), dr = gpu().alloc(size_t(N) * 4);
   gpu().launch("linear", "smelt_act_quant_b32", (K / 32 + 7) / 8, rows, 1, 256, 0, dx, K, K, xu, xs);
@@ -342,7 +342,9 @@ TEST(CudaDecodeKernels, MoeDecodeGemvsEqualTheSlotKernels) {
       const size_t w1n = fp4 ? size_t(F) * D / 2 : size_t(F) * D, w2n = w1n;
       const size_t s1n = fp4 ? size_t(F) * (D / 32) : size_t((F + 31) / 32) * (D / 32);
       const size_t s2n = fp4 ? size_t(D) * (F / 32) : size_t(D / 32) * ((F + 31) / 32);
-      DevPtr w1 = gpu().put(fp8_codes(E * w1n, 21)), w2 = gpu().put(fp8_codes(E * w2n, 22)), w3 = gpu().put(fp8_codes(E * w1n, 23));
+      const int pk = fp4 ? 2 : 1;  // weight bytes a row: D / pk (w1, w3), F / pk (w2)
+      DevPtr w1 = gpu().put_aq(fp8_codes(E * w1n, 21), F, D / pk, fp4), w2 = gpu().put_aq(fp8_codes(E * w2n, 22), D, F / pk, fp4),
+             w3 = gpu().put_aq(fp8_codes(E * w1n, 23), F, D / pk, fp4);
       DevPtr s1 = gpu().put(e8m0_codes(E * s1n, 24)), s2 = gpu().put(e8m0_codes(E * s2n, 25)), s3 = gpu().put(e8m0_codes(E * s1n, 26));
       ExpertW ew{{w1, s1, w2, s2, w3, s3},
                  {int64_t(w1n), int64_t(s1n), int64_t(w2n), int64_t(s2n), int64_t(w1n), int64_t(s1n)},

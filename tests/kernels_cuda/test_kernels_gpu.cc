@@ -84,7 +84,7 @@ TEST(CudaKernels, LinearFp8AndFp4ActQuantAreBitExact) {
     std::vector<float> ref(size_t(rows) * N);
     if (fp4) q::fp4_linear(x.data(), rows, K, w.data(), s.data(), N, ref.data(), false, 32);
     else q::fp8_linear(x.data(), rows, K, w.data(), s.data(), N, 32, ref.data(), false, 32);
-    DevPtr dx = gpu().put(x), dw = gpu().put(w), ds = gpu().put(s);
+    DevPtr dx = gpu().put(x), dw = gpu().put_aq(w, N, fp4 ? K / 2 : K, fp4), ds = gpu().put(s);
     DevPtr xu = gpu().alloc(size_t(rows) * K * 4), xs = gpu().alloc(size_t(rows) * K / 32 * 4);
     DevPtr dy = gpu().alloc(ref.size() * 4), dy1 = gpu().alloc(N * 4);
     gpu().launch("linear", "smelt_act_quant_b32", 1, rows, 1, 256, 0, dx, K, K, xu, xs);

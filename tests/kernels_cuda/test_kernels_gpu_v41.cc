@@ -364,7 +364,7 @@ struct Experts {
   bool fp4;
   std::vector<std::vector<uint8_t>> w, s;  // per kind j (0 w1, 1 w2, 2 w3): all experts, expert-major
   std::vector<k::QuantWeight> q[3];
-  ExpertW dev{};
+  ExpertW dev{}, dev_aq{};  // weight-only kernels' layout and the act-quant kernels' (Gpu::put_aq)
   Experts(int E_, int D_, int F_, bool fp4_, uint32_t seed) : E(E_), D(D_), F(F_), fp4(fp4_), w(3), s(3) {
     for (int j = 0; j < 3; ++j) {
       const int out = j == 1 ? D : F, in = j == 1 ? F : D;
@@ -372,10 +372,12 @@ struct Experts {
       const size_t sb = fp4 ? size_t(out) * (in / 32) : size_t(out / 32) * (in / 32);
       w[j] = fp8_codes(wb * E, seed + j);
       s[j] = e8m0_codes(sb * E, seed + 10 + j, fp4 ? 120 : 118);
-      const DevPtr dw = gpu().put(w[j]), ds = gpu().put(s[j]);
+      const DevPtr dw = gpu().put(w[j]), ds = gpu().put(s[j]), dwq = gpu().put_aq(w[j], out, fp4 ? in / 2 : in, fp4);
       const int slot = j == 0 ? 0 : j == 1 ? 2 : 4;  // w1, s1, w2, s2, w3, s3
       dev.base[slot] = dw, dev.stride[slot] = int64_t(wb);
       dev.base[slot + 1] = ds, dev.stride[slot + 1] = int64_t(sb);
+      dev_aq.base[slot] = dwq, dev_aq.stride[slot] = int64_t(wb);
+      dev_aq.base[slot + 1] = ds, dev_aq.stride[slot + 1] = int64_t(sb);
       for (int e = 0; e < E; ++e) {
         k::QuantWeight qw;
         qw.weight = w[j].data() + e * wb, qw.scale = s[j].data() + e * sb;
@@ -400,10 +402,10 @@ std::vector<float> run_experts_gpu(const Experts& ex, const std::vector<float>& 
     DevPtr hu = gpu().alloc(size_t(RT) * F * 4), hs = gpu().alloc(size_t(RT) * F / 32 * 4);
     gpu().launch("linear", "smelt_act_quant_b32", (D / 32 + 7) / 8, rows, 1, 256, 0, dx, D, D, xu, xs);
     gpu().launch("moe", (std::string("smelt_moe_up_") + fmt + "_aq").c_str(), (F + 7) / 8, RT, 1, 256, 0, xu, xs, D, F,
-                 topk, idx, ex.E, rw, ex.dev, 32, limit, 1, h);
+                 topk, idx, ex.E, rw, ex.dev_aq, 32, limit, 1, h);
     gpu().launch("linear", "smelt_act_quant_b32", (F / 32 + 7) / 8, RT, 1, 256, 0, h, F, F, hu, hs);
     gpu().launch("moe", (std::string("smelt_moe_down_") + fmt + "_aq").c_str(), (D + 7) / 8, RT, 1, 256, 0, hu, hs, D,
-                 F, topk, idx, ex.E, ex.dev, 32, 1, routed ? out : y);
+                 F, topk, idx, ex.E, ex.dev_aq, 32, 1, routed ? out : y);
     if (routed)
       gpu().launch("moe", "smelt_moe_combine", (D + 255) / 256, rows, 1, 256, 0, out, rw, idx, topk, ex.E, D, 0, y);
   } else {
@@ -467,6 +469,7 @@ TEST(CudaKernelsV41, EngramGatherProjectGate) {
   std::mt19937 g(98);
   for (auto& h : hashes) h = int32_t(g() % trows);
   DevPtr dtable = gpu().put(table), dts = gpu().put(tscale), dwkv = gpu().put(wkv), dws = gpu().put(wscale);
+  DevPtr dwkv_aq = gpu().put_aq(wkv, N, K, false);  // the act-quant kernel's layout
   DevPtr dqw = gpu().put(qw), dkw = gpu().put(kw), dh = gpu().put(hashes);  // F32 weights (dtype 0)
   for (int rb : {1, 0}) {
     k::engram::EngramArgs a;
@@ -481,7 +484,7 @@ TEST(CudaKernelsV41, EngramGatherProjectGate) {
     if (rb) {
       DevPtr xu = gpu().alloc(size_t(rows) * K * 4), xs = gpu().alloc(size_t(rows) * K / 32 * 4);
       gpu().launch("linear", "smelt_act_quant_b32", (K / 32 + 7) / 8, rows, 1, 256, 0, e, K, K, xu, xs);
-      gpu().launch("linear", "smelt_linear_fp8_aq", (N + 7) / 8, 1, 1, 256, 0, xu, xs, kv, dwkv, dws, rows, K, N, 32,
+      gpu().launch("linear", "smelt_linear_fp8_aq", (N + 7) / 8, 1, 1, 256, 0, xu, xs, kv, dwkv_aq, dws, rows, K, N, 32,
                    1.0f, 1);
     } else {
       gpu().launch("linear", "smelt_linear_fp8", (N + 7) / 8, 1, 1, 256, 0, e, kv, dwkv, dws, rows, K, N, 32, 1.0f, 0);

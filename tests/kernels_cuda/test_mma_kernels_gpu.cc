@@ -138,7 +138,7 @@ void run_linear(bool fp4, int rows, int K, int N, int S, unsigned grid, int roun
   const auto A = abs_mass(x, rows, W);
   std::vector<double> As(A);
   for (auto& v : As) v *= std::fabs(scale_after);
-  DevPtr dx = gpu().put(x), dw = gpu().put(W.w), ds = gpu().put(W.s);
+  DevPtr dx = gpu().put(x), dw = gpu().put_aq(W.w, N, fp4 ? K / 2 : K, fp4), ds = gpu().put(W.s);
   DevPtr y0 = gpu().alloc(size_t(rows) * N * 4), y1 = gpu().alloc(size_t(rows) * N * 4);
   const std::string f = fp4 ? "fp4" : "fp8";
   // The exact kernel: one grid row per token row; cpb 4 columns per group.
@@ -190,7 +190,7 @@ TEST(CudaMmaKernels, GemvFp8NanCodesCountAsZero) {
   for (int n = 0; n < N; n += 3) W.w[size_t(n) * K + size_t(n % 16) * 32 + 5] = (n & 1) ? 0xFF : 0x7F;
   auto x = randn(size_t(rows) * K, 78, 2.f);
   const auto A = abs_mass(x, rows, W);
-  DevPtr dx = gpu().put(x), dw = gpu().put(W.w), ds = gpu().put(W.s);
+  DevPtr dx = gpu().put(x), dw = gpu().put_aq(W.w, N, K, false), ds = gpu().put(W.s);
   DevPtr y0 = gpu().alloc(size_t(rows) * N * 4), y1 = gpu().alloc(size_t(rows) * N * 4);
   gpu().launch("linear", "smelt_gemv_fp8_aq", 4, rows, 1, 512, gemv_aq_smem(K, 1, 4, 1, false), dx, y0, dw, ds, K, N, 128,
                1.f, 0, 4);
@@ -216,7 +216,9 @@ void run_moe(bool fp4, int E, int D, int F, const std::vector<int32_t>& idx, boo
   }
   const int64_t wn1 = int64_t(w1[0].w.size()), sn1 = int64_t(w1[0].s.size());
   const int64_t wn2 = int64_t(w2[0].w.size()), sn2 = int64_t(w2[0].s.size());
-  ExpertW ew{{gpu().put(b1), gpu().put(c1), gpu().put(b2), gpu().put(c2), gpu().put(b3), gpu().put(c3)},
+  const int pk = fp4 ? 2 : 1;  // weight bytes a row: D / pk (w1, w3), F / pk (w2)
+  ExpertW ew{{gpu().put_aq(b1, F, D / pk, fp4), gpu().put(c1), gpu().put_aq(b2, D, F / pk, fp4), gpu().put(c2),
+              gpu().put_aq(b3, F, D / pk, fp4), gpu().put(c3)},
              {wn1, sn1, wn2, sn2, wn1, sn1},
              0};
   auto x = randn(size_t(D), seed + 99, 1.f);

@@ -599,6 +599,35 @@ TEST(CudaDecodeKernels, KvCompressorIndexKeyBitForBit) {
   }
 }
 
+// Not a check: smelt_kv_compressor_emit at the V4.1-Flash shape (hd 512, index key dI 128 from bf16 wk, model
+// numerics) timed per launch, wk rotated over 64 MB (as in a decode step, where the other weights evict it from the
+// L2) and resident. Run once per SMELT_TEST_NVRTC_OPTIONS="-DSMELT_EMIT_WK=0|1|2" to compare its wk paths.
+TEST(CudaDecodeKernels, DISABLED_KvCompressorEmitTiming) {
+  NEED_GPU();
+  const int hd = 512, dI = 128, cap = 8, copies = 512;
+  auto kv = randn(hd, 201), norm = randn(hd, 202), kn = randn(dI, 203);
+  const std::vector<uint16_t> wk16 = bf16_bits(randn(size_t(dI) * hd, 204, 0.05f));
+  DevPtr wk = gpu().alloc(wk16.size() * 2 * copies);
+  for (int i = 0; i < copies; ++i) gpu().upload(wk + uint64_t(i) * wk16.size() * 2, wk16.data(), wk16.size() * 2);
+  DevPtr dkv = gpu().put(kv), dn = gpu().put(norm), dkn = gpu().put(kn), st = smelt::test_cuda::step_info(gpu(), 5, 1);
+  DevPtr pool = gpu().alloc(size_t(cap) * hd * 4), ipool = gpu().alloc(size_t(cap) * dI * 4);
+  auto launch = [&](DevPtr w) {
+    gpu().launch("compressor", "smelt_kv_compressor_emit", 2, 1, 1, 256, 0, dkv, DevPtr(0), 1, st, DevPtr(0), 1, pool,
+                 ipool, int64_t(cap), dn, 0, w, 1, dkn, 0, 1, hd, dI, 1e-6f, 64, 1, InvFreq{});
+  };
+  launch(wk);  // compiles the family
+  gpu().set_sync(false);
+  for (int rotate : {1, 0}) {
+    const int n = 2000;
+    for (int i = 0; i < 200; ++i) launch(wk);  // clock warm-up
+    const float ms = gpu().time_ms([&] {
+      for (int i = 0; i < n; ++i) launch(rotate ? wk + uint64_t(i % copies) * wk16.size() * 2 : wk);
+    });
+    std::printf("[ emit ] %s: %.2f us a launch\n", rotate ? "wk rotated over 64 MB" : "wk resident", 1000.0 * ms / n);
+  }
+  gpu().set_sync(true);
+}
+
 TEST(CudaDecodeKernels, SplitRouterEqualsTheOneBlockRouter) {
   NEED_GPU();
   for (int D : {320, 5120})  // 5120: the V4.1-Flash hidden size (a lane's chain of 160 past the unroll of 16)

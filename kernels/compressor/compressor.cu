@@ -13,10 +13,6 @@ using namespace smelt_dev;
 namespace {
 
 constexpr int kMaxHd = 1024;
-#ifndef SMELT_EMIT_WK
-#define SMELT_EMIT_WK 2  // how smelt_kv_compressor_emit reads wk (below)
-#endif
-constexpr int kWkStage = 9216;  // floats of wk staged at a time by smelt_kv_compressor_emit (36 KB, SMELT_EMIT_WK 1)
 
 struct InvFreq {
   float v[256];
@@ -162,63 +158,11 @@ extern "C" __global__ void smelt_kv_compressor_emit(const float* kv, const float
   rms_norm_shared(latent, hd, norm, norm_dt, eps, rb, red);
   const i64 pos = j * ratio;
   if (wk && index_pool) {
-    // Index key: output o = sum over c = 0 .. hd-1 in order, in double (the reference's order and bits), a thread
-    // an output. SMELT_EMIT_WK picks how wk reaches the sums (tests/kernels_cuda DISABLED_KvCompressorEmitTiming):
-    // 0 one element at a time from global memory (~58 us a launch on the H200 slice: a load's latency per element),
-    // 1 staged through shared memory in column chunks (162 us in the slice's eager step), 2 batches of 64 loads in
-    // flight a thread before their sums.
-#if SMELT_EMIT_WK == 0
     for (int o = threadIdx.x; o < dI; o += blockDim.x) {
       double s = 0.0;
       for (int c = 0; c < hd; ++c) s += double(latent[c]) * double(ldw(wk, i64(o) * hd + c, wk_dt));
       work[o] = rnd(float(s));
     }
-#elif SMELT_EMIT_WK == 1
-    __shared__ float wst[kWkStage];
-    int ch = 64;
-    while (ch > 1 && dI * (ch + 1) > kWkStage) ch >>= 1;
-    for (int o0 = 0; o0 < dI; o0 += blockDim.x) {
-      const int o = o0 + int(threadIdx.x);
-      double s = 0.0;
-      for (int c0 = 0; c0 < hd; c0 += ch) {
-        const int w = hd - c0 < ch ? hd - c0 : ch;
-        __syncthreads();  // the previous chunk's reads are done
-        const int n = dI * w;
-        for (int e0 = threadIdx.x; e0 < n; e0 += 8 * blockDim.x) {
-          float v[8];
-#pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            const int e = e0 + j * int(blockDim.x), r = e / w;
-            v[j] = e < n ? ldw(wk, i64(r) * hd + c0 + (e - r * w), wk_dt) : 0.f;
-          }
-#pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            const int e = e0 + j * int(blockDim.x), r = e / w;
-            if (e < n) wst[r * (ch + 1) + (e - r * w)] = v[j];
-          }
-        }
-        __syncthreads();
-        if (o < dI)
-          for (int i = 0; i < w; ++i) s += double(latent[c0 + i]) * double(wst[o * (ch + 1) + i]);
-      }
-      if (o < dI) work[o] = rnd(float(s));
-    }
-#else
-    for (int o = threadIdx.x; o < dI; o += blockDim.x) {
-      double s = 0.0;
-      const i64 base = i64(o) * hd;
-      int c = 0;
-      for (; c + 64 <= hd; c += 64) {
-        float wv[64];
-#pragma unroll
-        for (int j = 0; j < 64; ++j) wv[j] = ldw(wk, base + c + j, wk_dt);
-#pragma unroll
-        for (int j = 0; j < 64; ++j) s += double(latent[c + j]) * double(wv[j]);
-      }
-      for (; c < hd; ++c) s += double(latent[c]) * double(ldw(wk, base + c, wk_dt));
-      work[o] = rnd(float(s));
-    }
-#endif
     __syncthreads();
     rms_norm_shared(work, dI, k_norm, kn_dt, eps, rb, red);
     rope_shared(work, dI, rope_dim, f, pos);

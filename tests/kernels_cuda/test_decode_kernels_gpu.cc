@@ -556,10 +556,10 @@ void rms_norm_host(float* v, int n, const float* w, float eps) {
   for (int c = 0; c < n; ++c) v[c] = w[c] * (v[c] * r);
 }
 
-// smelt_kv_compressor_emit's index key (wk staged through shared memory in column chunks) against its arithmetic
+// smelt_kv_compressor_emit's index key against its arithmetic
 // written out here, bit for bit: ratio 1, fp32 numerics (rb = 0), rope_dim 0, so every step is a correctly rounded
-// float / double operation (no expf / sincosf). hd 512 / dI 128 (V4.1-Flash), hd 1024 / dI 1000 (many chunks, 4
-// outputs a thread), F32 and BF16 wk.
+// float / double operation (no expf / sincosf). hd 512 / dI 128 (V4.1-Flash), hd 1024 / dI 1000 (4 outputs a
+// thread), F32 and BF16 wk.
 TEST(CudaDecodeKernels, KvCompressorIndexKeyBitForBit) {
   NEED_GPU();
   struct Case {
@@ -599,9 +599,11 @@ TEST(CudaDecodeKernels, KvCompressorIndexKeyBitForBit) {
   }
 }
 
-// Not a check: smelt_kv_compressor_emit at the V4.1-Flash shape (hd 512, index key dI 128 from bf16 wk, model
-// numerics) timed per launch, wk rotated over 64 MB (as in a decode step, where the other weights evict it from the
-// L2) and resident. Run once per SMELT_TEST_NVRTC_OPTIONS="-DSMELT_EMIT_WK=0|1|2" to compare its wk paths.
+// Not a check: smelt_kv_compressor_emit at the V4.1-Flash shape (hd 512, index key dI 128 from bf16 wk) timed per
+// launch: model numerics with wk rotated over 64 MB (as in a decode step, where the other weights evict it from the
+// L2) and resident; fp32 numerics; and without the index key. H200 (session 7): 52 / 43 / 7.5 / 4.3 us: the index
+// key's time is its 512-long chain of dependent double adds per output (the reference's order), not wk's loads (the
+// same with wk resident, with 64 loads in flight a thread, or staged through shared memory: 54 / 149 us).
 TEST(CudaDecodeKernels, DISABLED_KvCompressorEmitTiming) {
   NEED_GPU();
   const int hd = 512, dI = 128, cap = 8, copies = 512;
@@ -611,19 +613,26 @@ TEST(CudaDecodeKernels, DISABLED_KvCompressorEmitTiming) {
   for (int i = 0; i < copies; ++i) gpu().upload(wk + uint64_t(i) * wk16.size() * 2, wk16.data(), wk16.size() * 2);
   DevPtr dkv = gpu().put(kv), dn = gpu().put(norm), dkn = gpu().put(kn), st = smelt::test_cuda::step_info(gpu(), 5, 1);
   DevPtr pool = gpu().alloc(size_t(cap) * hd * 4), ipool = gpu().alloc(size_t(cap) * dI * 4);
+  int rb = 1;
+  InvFreq f{};
+  for (int i = 0; i < 32; ++i) f.v[i] = std::pow(10000.f, -float(i) / 32.f);
   auto launch = [&](DevPtr w) {
     gpu().launch("compressor", "smelt_kv_compressor_emit", 2, 1, 1, 256, 0, dkv, DevPtr(0), 1, st, DevPtr(0), 1, pool,
-                 ipool, int64_t(cap), dn, 0, w, 1, dkn, 0, 1, hd, dI, 1e-6f, 64, 1, InvFreq{});
+                 ipool, int64_t(cap), dn, 0, w, 1, dkn, 0, 1, hd, dI, 1e-6f, 64, rb, f);
   };
   launch(wk);  // compiles the family
   gpu().set_sync(false);
-  for (int rotate : {1, 0}) {
+  // rb 0 (no bf16 roundings, no fake quant) and no wk (no index key) tell where the time goes.
+  for (int variant = 0; variant < 4; ++variant) {
+    rb = variant & 1 ? 0 : 1;
+    const bool key = variant < 2, rotate = variant == 0;
     const int n = 2000;
-    for (int i = 0; i < 200; ++i) launch(wk);  // clock warm-up
+    for (int i = 0; i < 200; ++i) launch(key ? wk : DevPtr(0));  // clock warm-up
     const float ms = gpu().time_ms([&] {
-      for (int i = 0; i < n; ++i) launch(rotate ? wk + uint64_t(i % copies) * wk16.size() * 2 : wk);
+      for (int i = 0; i < n; ++i) launch(!key ? DevPtr(0) : rotate ? wk + uint64_t(i % copies) * wk16.size() * 2 : wk);
     });
-    std::printf("[ emit ] %s: %.2f us a launch\n", rotate ? "wk rotated over 64 MB" : "wk resident", 1000.0 * ms / n);
+    std::printf("[ emit ] rb %d, %s: %.2f us a launch\n", rb,
+                !key ? "no index key" : rotate ? "wk rotated over 64 MB" : "wk resident", 1000.0 * ms / n);
   }
   gpu().set_sync(true);
 }

@@ -39,17 +39,17 @@ struct Variant {
   int tiled = 1;   // SMELT_W_TILED: the weights in tile order (the runtime's layout on sm_89+) or row-major (0)
   int tpw = 1;     // SMELT_MMA_TPW: 16-row matrices a warp of the linear walks at once
   int down_tpw = 1;  // SMELT_MMA_DOWN_TPW: the same for the experts' down projection
-  int l2pf = 0;      // SMELT_MMA_L2PF: L2 prefetch hint of the weight copies (bytes)
+  int l2pf = 128;    // SMELT_MMA_L2PF: L2 prefetch hint of the weight copies (bytes)
 };
 // "base" is what the runtime compiles (the knobs' defaults). Every FP4 stage of two matrices is 512 bytes and an FP8
 // one of two matrices 1 KB; a ring must hold at least one group of stages (group <= ring / stage). The codes are
 // random, so either layout times the same work.
 const Variant kVariants[] = {
     {"base", 8192, 2, 4},
+    {"nopf", 8192, 2, 4, 1, 1, 1, 0},
     {"rowmajor", 8192, 2, 4, 0},
-    {"pf128", 8192, 2, 4, 1, 1, 1, 128},
+    {"rowmajor_nopf", 8192, 2, 4, 0, 1, 1, 0},
     {"ring4k", 4096, 2, 4},
-    {"rowmajor_pf128", 8192, 2, 4, 0, 1, 1, 128},
 };
 
 std::vector<std::string> defines(const Variant& v) {

@@ -224,9 +224,6 @@ struct MmaSegment {
   static constexpr int DMAX = FP4 && NW == 2 ? 8 : 16;
   static constexpr int D = kMmaRingBytes / SB < DMAX ? kMmaRingBytes / SB : DMAX;
   static_assert((D & (D - 1)) == 0 && D >= 4, "D: a power of two of at least one group");
-  static constexpr int G = SMELT_MMA_GROUP;
-  // cp.async.wait_group argument: copy groups (one a block) that may stay in flight while a group of G is consumed.
-  static constexpr int WAIT = D - G;
   const u8* src[NW];  // this lane's copy source of block 0 (FP8: row lane / 2, half lane % 2; FP4: row lane % 16)
   const u8* sA[NW];
   const u8* sB[NW];
@@ -293,13 +290,14 @@ struct MmaSegment {
         const bool hi = NW == 2 && lane >= 16;
         const u8* sp = hi ? src[NW - 1] : src[0];
         if (NW == 2 || lane < 16)
-          cp_async16_pf<SMELT_MMA_L2PF>(ring + slot * SB + (hi ? 256 : 0) + (lane & 15) * 16, sp + i64(b) * (hi ? bstr[NW - 1] : bstr[0]),
-                     hi ? src_bytes[NW - 1] : src_bytes[0]);
+          cp_async16_pf<SMELT_MMA_L2PF>(ring + slot * SB + (hi ? 256 : 0) + (lane & 15) * 16,
+                                        sp + i64(b) * (hi ? bstr[NW - 1] : bstr[0]),
+                                        hi ? src_bytes[NW - 1] : src_bytes[0]);
       } else {
 #pragma unroll
         for (int m = 0; m < NW; ++m)
-          cp_async16_pf<SMELT_MMA_L2PF>(ring + slot * SB + m * 512 + (lane >> 1) * 32 + (lane & 1) * 16, src[m] + i64(b) * bstr[m],
-                     src_bytes[m]);
+          cp_async16_pf<SMELT_MMA_L2PF>(ring + slot * SB + m * 512 + (lane >> 1) * 32 + (lane & 1) * 16,
+                                        src[m] + i64(b) * bstr[m], src_bytes[m]);
       }
       if (FP4) {
         u32 s = 0;
@@ -392,13 +390,14 @@ struct MmaSegment {
   // by instruction fetch, and the rolled loop measured 6-10% slower for it (moe up / down, H200).
   template <int NC, bool NZ>
   __device__ __forceinline__ void run(int b0, int b1, const u8* xrow, const float* xsl, float (*acc)[2 * NC]) {
+    constexpr int G = SMELT_MMA_GROUP;
     static_assert(D % G == 0, "the ring holds whole groups");
     if constexpr (FP4) {
       for (int bb = b0; bb < b1; bb += D) {
 #pragma unroll
         for (int j0 = 0; j0 < D; j0 += G) {
           if (bb + j0 >= b1) break;  // uniform
-          cp_async_wait<WAIT>();
+          cp_async_wait<D - G>();
           __syncwarp();
 #pragma unroll
           for (int j = j0; j < j0 + G; ++j)
@@ -412,8 +411,8 @@ struct MmaSegment {
       int slot = 0;
 #pragma unroll 1
       for (int b = b0; b < b1; b += G) {
-        cp_async_wait<WAIT>();  // this lane's copies of blocks b .. b + G - 1 have landed ...
-        __syncwarp();           // ... and every lane's
+        cp_async_wait<D - G>();  // this lane's copies of blocks b .. b + G - 1 have landed ...
+        __syncwarp();            // ... and every lane's
 #pragma unroll
         for (int j = 0; j < G; ++j)
           if (b + j < b1) consume<NC, NZ>(slot + j, b + j, 0u, xrow, xsl, acc);

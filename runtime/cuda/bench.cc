@@ -395,8 +395,9 @@ std::string bench_text(const nlohmann::ordered_json& j) {
          (long long)j["prompt_tokens"].get<int64_t>());
   line("decode: %.3f ms/step mean of %lld (median %.3f, p10 %.3f, p90 %.3f) at position %lld, %.1f tokens/s, %lld "
        "kernels/step",
-       j["decode_ms_mean"].get<double>(), (long long)j["decode_steps"].get<int64_t>(), j["decode_ms_median"].get<double>(),
-       j["decode_ms_p10"].get<double>(), j["decode_ms_p90"].get<double>(), (long long)j["decode_position"].get<int64_t>(),
+       j["decode_ms_mean"].get<double>(), (long long)j["decode_steps"].get<int64_t>(),
+       j["decode_ms_median"].get<double>(), j["decode_ms_p10"].get<double>(), j["decode_ms_p90"].get<double>(),
+       (long long)j["decode_position"].get<int64_t>(),
        j["decode_tokens_per_s"].get<double>(), (long long)j["kernels_per_step"].get<int64_t>());
   const auto& bytes = j["bytes_per_step"];
   line("bytes/step: %.1f MB (dense weights %.1f, routed experts %.1f [%d of %d selected], states %.1f)",

@@ -91,7 +91,8 @@ void DeviceWeights::set_tiled(int id) {
   const bool ok = (w.dtype == fb::DType::F8_E4M3 || w.dtype == fb::DType::I8) && w.shape.size() >= 2 &&
                   w.shape.back() % (w.dtype == fb::DType::I8 ? 16 : 32) == 0;
   if (!ok)
-    throw Error("weight " + std::to_string(id) + ": act-quant weights must be FP8 [N, K] or FP4 [N, K/2] with K % 32 == 0");
+    throw Error("weight " + std::to_string(id) +
+                ": act-quant weights must be FP8 [N, K] or FP4 [N, K/2] with K % 32 == 0");
   w.tiled = true;
 }
 

@@ -50,11 +50,18 @@ void read_sources(const Reader& r, ModelConfig& c) {
   const std::vector<int>& ratios = c.compress_ratios;
   const std::vector<int> released_prefix(kReleasedRatios.begin(), kReleasedRatios.begin() + std::min<size_t>(n, 40));
   const bool released = n <= 40 && ratios == released_prefix;
+  // The released sources that exist in the first n layers (a config cut to fewer layers keeps the prefix's).
+  auto below_n = [n](const std::vector<int>& ids) {
+    std::vector<int> v;
+    for (int id : ids)
+      if (id < n) v.push_back(id);
+    return v;
+  };
 
   if (auto kv = opt_ids(r, {"kv_source_layer_ids", "kv_source_layers"}, 0, n - 1)) {
     c.kv_source_layer_ids = *kv;
   } else if (released) {
-    c.kv_source_layer_ids = kReleasedKvSources;
+    c.kv_source_layer_ids = below_n(kReleasedKvSources);
   } else {
     for (int i = 0; i < n; ++i)
       if (ratios[i] > 0 && (i == 0 || ratios[i - 1] != ratios[i])) c.kv_source_layer_ids.push_back(i);
@@ -62,7 +69,10 @@ void read_sources(const Reader& r, ModelConfig& c) {
   if (auto idx = opt_ids(r, {"index_source_layer_ids", "index_source_layers"}, 0, n - 1))
     c.index_source_layer_ids = *idx;
   else
-    c.index_source_layer_ids = c.kv_source_layer_ids == kReleasedKvSources ? kReleasedIndexSources : c.kv_source_layer_ids;
+    c.index_source_layer_ids =
+        c.kv_source_layer_ids == kReleasedKvSources || (released && c.kv_source_layer_ids == below_n(kReleasedKvSources))
+            ? below_n(kReleasedIndexSources)
+            : c.kv_source_layer_ids;
   if (auto cand = r.opt_int({"candidate_source_layer_id", "candidate_source_layer"}, -(int64_t(1) << 30), n - 1))
     c.candidate_source_layer_id = *cand < 0 ? -1 : int(*cand);
   else

@@ -299,6 +299,14 @@ TEST(FrontendConfig, V41DerivedSources) {
   EXPECT_EQ(f.kv_source_layer_ids, (std::vector<int>{2, 8, 14, 20}));
   EXPECT_EQ(f.index_source_layer_ids, (std::vector<int>{2, 8, 14, 20, 24, 28, 32, 36}));
   EXPECT_EQ(f.candidate_source_layer_id, 20);
+  // A schedule that is the released one cut to fewer layers keeps the released sources inside them (an
+  // out-of-range read the config fuzzer found: a 1-layer prefix took sources 2, 8, 14, 20).
+  std::string cut = none;
+  replace_text(cut, "\"compress_ratios\": [0, 0, 2, 2, 2, 1, 1, 1]", "\"compress_ratios\": [0, 0, 2, 2, 2, 2, 2, 2]");
+  ModelConfig c8 = parse_config(cut, "inference/config.json");
+  EXPECT_EQ(c8.kv_source_layer_ids, (std::vector<int>{2}));
+  EXPECT_EQ(c8.index_source_layer_ids, (std::vector<int>{2}));
+  EXPECT_EQ(c8.candidate_source_layer_id, 2);
   // A negative candidate source turns the second level off.
   std::string off = base;
   replace_text(off, "\"candidate_source_layer\": 5", "\"candidate_source_layer\": -1");

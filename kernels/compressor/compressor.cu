@@ -158,9 +158,38 @@ extern "C" __global__ void smelt_kv_compressor_emit(const float* kv, const float
   rms_norm_shared(latent, hd, norm, norm_dt, eps, rb, red);
   const i64 pos = j * ratio;
   if (wk && index_pool) {
+    // A thread an output, its wk row read 16 bytes at a time: the rows are hd elements apart, so every load
+    // instruction of a warp touches 32 cache lines and the L1 serves them one line a cycle; element-wise loads made
+    // this ~45 us a launch (the same for a float chain: not the double adds), 16-byte loads cut the instructions 4-8x.
+    // The sum is the reference's, in c order.
+    const bool vec = wk_dt != kF16 && hd % 8 == 0 && (reinterpret_cast<u64>(wk) & 15) == 0;
     for (int o = threadIdx.x; o < dI; o += blockDim.x) {
       double s = 0.0;
-      for (int c = 0; c < hd; ++c) s += double(latent[c]) * double(ldw(wk, i64(o) * hd + c, wk_dt));
+      if (vec && wk_dt == kBF16) {
+        const uint4* row = reinterpret_cast<const uint4*>(static_cast<const u16*>(wk) + i64(o) * hd);
+#pragma unroll 4
+        for (int q = 0; q < hd / 8; ++q) {
+          const uint4 v = __ldg(row + q);
+          const u32 u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+          for (int t = 0; t < 4; ++t) {
+            s += double(latent[8 * q + 2 * t]) * double(__uint_as_float(u[t] << 16));
+            s += double(latent[8 * q + 2 * t + 1]) * double(__uint_as_float(u[t] & 0xffff0000u));
+          }
+        }
+      } else if (vec) {  // F32
+        const float4* row = reinterpret_cast<const float4*>(static_cast<const float*>(wk) + i64(o) * hd);
+#pragma unroll 4
+        for (int q = 0; q < hd / 4; ++q) {
+          const float4 v = __ldg(row + q);
+          s += double(latent[4 * q]) * double(v.x);
+          s += double(latent[4 * q + 1]) * double(v.y);
+          s += double(latent[4 * q + 2]) * double(v.z);
+          s += double(latent[4 * q + 3]) * double(v.w);
+        }
+      } else {
+        for (int c = 0; c < hd; ++c) s += double(latent[c]) * double(ldw(wk, i64(o) * hd + c, wk_dt));
+      }
       work[o] = rnd(float(s));
     }
     __syncthreads();

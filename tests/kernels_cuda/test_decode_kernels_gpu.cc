@@ -601,9 +601,9 @@ TEST(CudaDecodeKernels, KvCompressorIndexKeyBitForBit) {
 
 // Not a check: smelt_kv_compressor_emit at the V4.1-Flash shape (hd 512, index key dI 128 from bf16 wk) timed per
 // launch: model numerics with wk rotated over 64 MB (as in a decode step, where the other weights evict it from the
-// L2) and resident; fp32 numerics; and without the index key. H200 (session 7): 52 / 43 / 7.5 / 4.3 us: the index
-// key's time is its 512-long chain of dependent double adds per output (the reference's order), not wk's loads (the
-// same with wk resident, with 64 loads in flight a thread, or staged through shared memory: 54 / 149 us).
+// L2) and resident; fp32 numerics; and without the index key. H200 (session 7), element-wise loads of each thread's
+// wk row: 52 / 43 / 7.5 / 4.3 us (uncoalesced: every warp load touches 32 lines, served one a cycle); 16-byte loads:
+// 28 / 15 / 7.6 / 4.9 us.
 TEST(CudaDecodeKernels, DISABLED_KvCompressorEmitTiming) {
   NEED_GPU();
   const int hd = 512, dI = 128, cap = 8, copies = 512;

@@ -58,6 +58,43 @@ __device__ void qdq_shared(float* v, int n, int g, bool index) {
   __syncthreads();
 }
 
+// sum over c in order of double(x[c]) * double(row o of w [., hd], BF16 or F32), the reference's dot. The row is
+// read 16 bytes at a time, 8 loads a batch, the next batch in flight while this one is summed (hd % 8 == 0, w
+// 16-byte aligned).
+template <bool BF16>
+__device__ double wk_row_dot(const float* x, const void* w, int o, int hd) {
+  constexpr int B = 8, E = BF16 ? 8 : 4;  // loads a batch, elements a load
+  const unsigned char* base = static_cast<const unsigned char*>(w) + i64(o) * hd * (BF16 ? 2 : 4);
+  const uint4* row = reinterpret_cast<const uint4*>(base);
+  const int nq = hd / E;
+  uint4 cur[B], nxt[B];
+#pragma unroll
+  for (int j = 0; j < B; ++j) cur[j] = j < nq ? __ldg(row + j) : make_uint4(0u, 0u, 0u, 0u);
+  double s = 0.0;
+  for (int q0 = 0; q0 < nq; q0 += B) {
+#pragma unroll
+    for (int j = 0; j < B; ++j) nxt[j] = q0 + B + j < nq ? __ldg(row + q0 + B + j) : make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+    for (int j = 0; j < B; ++j) {
+      if (q0 + j >= nq) break;
+      const u32 u[4] = {cur[j].x, cur[j].y, cur[j].z, cur[j].w};
+      const float* xs = x + (q0 + j) * E;
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        if (BF16) {
+          s += double(xs[2 * t]) * double(__uint_as_float(u[t] << 16));
+          s += double(xs[2 * t + 1]) * double(__uint_as_float(u[t] & 0xffff0000u));
+        } else {
+          s += double(xs[t]) * double(__uint_as_float(u[t]));
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < B; ++j) cur[j] = nxt[j];
+  }
+  return s;
+}
+
 }  // namespace
 
 // V4 compressor entry. kv, gate: this chunk's projections [T, cw] (cw = c*hd); ring [R, 2*cw] (kv then gate
@@ -158,38 +195,17 @@ extern "C" __global__ void smelt_kv_compressor_emit(const float* kv, const float
   rms_norm_shared(latent, hd, norm, norm_dt, eps, rb, red);
   const i64 pos = j * ratio;
   if (wk && index_pool) {
-    // A thread an output, its wk row read 16 bytes at a time: the rows are hd elements apart, so every load
-    // instruction of a warp touches 32 cache lines and the L1 serves them one line a cycle; element-wise loads made
-    // this ~45 us a launch (the same for a float chain: not the double adds), 16-byte loads cut the instructions 4-8x.
-    // The sum is the reference's, in c order.
+    // A thread an output, its wk row read 16 bytes at a time (wk_row_dot): the rows are hd elements apart, so every
+    // load instruction of a warp touches 32 cache lines and the L1 serves them one line a cycle; element-wise loads
+    // made this ~45 us a launch (the same for a float chain: not the double adds). The sum is the reference's, in c
+    // order.
     const bool vec = wk_dt != kF16 && hd % 8 == 0 && (reinterpret_cast<u64>(wk) & 15) == 0;
     for (int o = threadIdx.x; o < dI; o += blockDim.x) {
       double s = 0.0;
-      if (vec && wk_dt == kBF16) {
-        const uint4* row = reinterpret_cast<const uint4*>(static_cast<const u16*>(wk) + i64(o) * hd);
-#pragma unroll 4
-        for (int q = 0; q < hd / 8; ++q) {
-          const uint4 v = __ldg(row + q);
-          const u32 u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-          for (int t = 0; t < 4; ++t) {
-            s += double(latent[8 * q + 2 * t]) * double(__uint_as_float(u[t] << 16));
-            s += double(latent[8 * q + 2 * t + 1]) * double(__uint_as_float(u[t] & 0xffff0000u));
-          }
-        }
-      } else if (vec) {  // F32
-        const float4* row = reinterpret_cast<const float4*>(static_cast<const float*>(wk) + i64(o) * hd);
-#pragma unroll 4
-        for (int q = 0; q < hd / 4; ++q) {
-          const float4 v = __ldg(row + q);
-          s += double(latent[4 * q]) * double(v.x);
-          s += double(latent[4 * q + 1]) * double(v.y);
-          s += double(latent[4 * q + 2]) * double(v.z);
-          s += double(latent[4 * q + 3]) * double(v.w);
-        }
-      } else {
+      if (vec && wk_dt == kBF16) s = wk_row_dot<true>(latent, wk, o, hd);
+      else if (vec) s = wk_row_dot<false>(latent, wk, o, hd);
+      else
         for (int c = 0; c < hd; ++c) s += double(latent[c]) * double(ldw(wk, i64(o) * hd + c, wk_dt));
-      }
       work[o] = rnd(float(s));
     }
     __syncthreads();

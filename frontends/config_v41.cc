@@ -57,11 +57,12 @@ void read_sources(const Reader& r, ModelConfig& c) {
       if (id < n) v.push_back(id);
     return v;
   };
+  const std::vector<int> released_kv = below_n(kReleasedKvSources);
 
   if (auto kv = opt_ids(r, {"kv_source_layer_ids", "kv_source_layers"}, 0, n - 1)) {
     c.kv_source_layer_ids = *kv;
   } else if (released) {
-    c.kv_source_layer_ids = below_n(kReleasedKvSources);
+    c.kv_source_layer_ids = released_kv;
   } else {
     for (int i = 0; i < n; ++i)
       if (ratios[i] > 0 && (i == 0 || ratios[i - 1] != ratios[i])) c.kv_source_layer_ids.push_back(i);
@@ -70,7 +71,7 @@ void read_sources(const Reader& r, ModelConfig& c) {
     c.index_source_layer_ids = *idx;
   else
     c.index_source_layer_ids =
-        c.kv_source_layer_ids == kReleasedKvSources || (released && c.kv_source_layer_ids == below_n(kReleasedKvSources))
+        c.kv_source_layer_ids == kReleasedKvSources || (released && c.kv_source_layer_ids == released_kv)
             ? below_n(kReleasedIndexSources)
             : c.kv_source_layer_ids;
   if (auto cand = r.opt_int({"candidate_source_layer_id", "candidate_source_layer"}, -(int64_t(1) << 30), n - 1))

@@ -153,8 +153,10 @@ CudaBackend::CudaBackend(const Plan& plan, const BackendOptions& o) : plan_(plan
     // The act-quant kernels compiled for sm_89+ read their FP8 / FP4 weights in tile order (kernels/linear/gemv.cuh
     // wtile_off): those weights are repacked at upload. A weight read by both kinds of kernel has no one layout.
     if (arch_num(arch_) >= 89) {
+      std::vector<char> act_quant(weights_.size(), 0);  // a mark per weight: a real model has ~50k expert weights
+      for (int id : act_quant_weights) act_quant[size_t(id)] = 1;
       for (int id : weight_only_weights)
-        if (std::find(act_quant_weights.begin(), act_quant_weights.end(), id) != act_quant_weights.end())
+        if (act_quant[size_t(id)])
           throw Error(plan.path() + ": weight " + std::to_string(id) + " (" + plan.weight_name(id) +
                       ") is read by act-quant and by weight-only kernels, which need different layouts on " + arch_);
       for (int id : act_quant_weights) weights_.set_tiled(id);

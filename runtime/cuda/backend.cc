@@ -31,6 +31,25 @@ bool env_on(const char* name) {
   return v && *v && std::string(v) != "0";
 }
 
+// $SMELT_CUDA_SKIP_KERNELS=name,name,...: those kernels are not launched. A timing ablation only (what a decode step
+// would cost without them, e.g. before fusing them away); every result after a skipped kernel is wrong, and
+// `smelt-run bench` says so.
+const std::set<std::string>& skipped_kernels() {
+  static const std::set<std::string> s = [] {
+    std::set<std::string> out;
+    const char* v = std::getenv("SMELT_CUDA_SKIP_KERNELS");
+    std::string all = v ? v : "";
+    for (size_t at = 0; at < all.size();) {
+      size_t end = all.find(',', at);
+      if (end == std::string::npos) end = all.size();
+      if (end > at) out.insert(all.substr(at, end - at));
+      at = end + 1;
+    }
+    return out;
+  }();
+  return s;
+}
+
 int arch_num(const std::string& arch) {  // sm_90 -> 90, or -1
   if (arch.rfind("sm_", 0) != 0) return -1;
   std::string d = arch.substr(3);
@@ -287,6 +306,7 @@ void CudaBackend::launch(const OpLaunch& l, const char* name, unsigned gx, unsig
     throw Error(plan_.path() + where() + ": kernel " + name + " launched with grid " + std::to_string(gx) + "x" +
                 std::to_string(gy) + "x" + std::to_string(gz) + ", block " + std::to_string(bx));
   CUfunction f = function(name);
+  if (!skipped_kernels().empty() && skipped_kernels().count(name)) return;
   if (shared > 48 * 1024) {
     unsigned& allowed = shared_set_[f];
     if (allowed < shared) {

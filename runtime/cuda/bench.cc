@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -362,6 +363,7 @@ nlohmann::ordered_json bench(const BenchOptions& o) {
   j["achieved_gbps"] = achieved / 1e9;
   j["ratio_to_copy_bandwidth"] = copy_bw > 0 ? achieved / copy_bw : 0.0;
   j["kernels_per_step"] = launches;
+  if (const char* skip = std::getenv("SMELT_CUDA_SKIP_KERNELS"); skip && *skip) j["skipped_kernels"] = skip;
   j["graphs"] = o.backend.graphs;
   nlohmann::ordered_json layers = nlohmann::ordered_json::array();
   double eager_ms = 0.0;
@@ -399,6 +401,9 @@ std::string bench_text(const nlohmann::ordered_json& j) {
        j["decode_ms_median"].get<double>(), j["decode_ms_p10"].get<double>(), j["decode_ms_p90"].get<double>(),
        (long long)j["decode_position"].get<int64_t>(),
        j["decode_tokens_per_s"].get<double>(), (long long)j["kernels_per_step"].get<int64_t>());
+  if (j.contains("skipped_kernels"))
+    line("TIMING ABLATION: kernels %s not launched (SMELT_CUDA_SKIP_KERNELS): every result is wrong",
+         j["skipped_kernels"].get<std::string>().c_str());
   const auto& bytes = j["bytes_per_step"];
   line("bytes/step: %.1f MB (dense weights %.1f, routed experts %.1f [%d of %d selected], states %.1f)",
        double(bytes["total"].get<uint64_t>()) / 1e6, double(bytes["dense_weights"].get<uint64_t>()) / 1e6,

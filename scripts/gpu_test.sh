@@ -45,10 +45,11 @@ if [ "$status" != 0 ] && [ -f "$FAILED_LOG" ]; then
   done
 fi
 
-# The tensor-core GEMVs with their other plan-time knobs (two 16-row tiles a warp, 4 KB rings): the same tests,
+# The tensor-core GEMVs with their other plan-time knobs (two 16-row tiles a warp in the linears, one in the experts'
+# down, 4 KB rings, 16 stages for the FP4 gate + up): the same tests,
 # kernels compiled with those defines (the runtime launches the defaults, which ctest covered above).
 # (The tests size shared memory for 8 KB rings, enough for 4 KB ones.)
-for opts in "-DSMELT_MMA_TPW=2 -DSMELT_MMA_DOWN_TPW=2" "-DSMELT_MMA_RING_BYTES=4096"; do
+for opts in "-DSMELT_MMA_TPW=2 -DSMELT_MMA_DOWN_TPW=1" "-DSMELT_MMA_RING_BYTES=4096" "-DSMELT_MMA_FP4_PAIR_STAGES=16"; do
   echo "== MMA kernel tests with $opts"
   SMELT_TEST_NVRTC_OPTIONS="$opts" "$BUILD/bin/test_kernels_gpu" --gtest_filter='CudaMmaKernels.*' --gtest_brief=1 || status=1
 done

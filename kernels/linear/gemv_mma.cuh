@@ -46,11 +46,18 @@ constexpr int kMmaWarps = 8;  // block of 256 threads
 // (tile order), 691.7 -> 680.9 (row-major); 256 slower (H200, tests/kernels_cuda/bench_mma_gemv.cc).
 #define SMELT_MMA_L2PF 128
 #endif
+#ifndef SMELT_MMA_FP4_PAIR_STAGES
+// ring stages of the two-matrix FP4 segment (the experts' gate and up): its block scales ride in registers, a u32
+// a stage
+#define SMELT_MMA_FP4_PAIR_STAGES 8
+#endif
 #ifndef SMELT_MMA_TPW
 #define SMELT_MMA_TPW 1  // 16-row matrices a warp of the linear GEMV walks at once (1 or 2)
 #endif
 #ifndef SMELT_MMA_DOWN_TPW
-#define SMELT_MMA_DOWN_TPW 1  // the same for the experts' down projection
+// the same for the experts' down projection: 2 (FP4 routed down 28.5 -> 22.5 us, FP8 shared down 7.9 -> 7.3 us a
+// layer, tests/kernels_cuda/bench_mma_gemv.cc; runtime/cuda/ops_mma.cc counts tiles with it)
+#define SMELT_MMA_DOWN_TPW 2
 #endif
 constexpr int kMmaRingBytes = SMELT_MMA_RING_BYTES;  // per warp
 
@@ -221,7 +228,7 @@ struct MmaSegment {
   static constexpr int SB = NW * 16 * (FP4 ? 16 : 32);  // bytes of a stage (one 32-block of 16 rows x NW)
   // Stages: as many as the ring holds, at most 16 (a power of two: the ring slot wraps by a mask); 8 for two
   // FP4 matrices, whose unrolled ring would otherwise push the scale registers to local memory.
-  static constexpr int DMAX = FP4 && NW == 2 ? 8 : 16;
+  static constexpr int DMAX = FP4 && NW == 2 ? SMELT_MMA_FP4_PAIR_STAGES : 16;
   static constexpr int D = kMmaRingBytes / SB < DMAX ? kMmaRingBytes / SB : DMAX;
   static_assert((D & (D - 1)) == 0 && D >= 4, "D: a power of two of at least one group");
   const u8* src[NW];  // this lane's copy source of block 0 (FP8: row lane / 2, half lane % 2; FP4: row lane % 16)

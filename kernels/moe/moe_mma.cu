@@ -98,10 +98,16 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
       ms.init(wm, sm, d0, D, F, blk, mma_warp_ring(mma_sm, F, topk), mma_warp_scales(mma_sm, F, topk), 16);
       ms.prefetch(b0, b1);
     }
-    // slot t's row: xq + t * stride, scales xsc[b * 8 + t]
+    // slot t's row: xq + t * stride, scales xsc[b * 8 + t]. A block that runs one group only stages the slots of its
+    // tiles (tiles are slot-major: one or two slots of the topk), the others every slot.
     if (grp == int(blockIdx.x)) {
       if (!idx) grid_dep_wait();
-      mma_stage_quant(h, topk, F, xq, stride, xsc);
+      int t_lo = 0, t_hi = topk - 1;
+      if (int(gridDim.x) >= groups) {
+        t_lo = (grp * tpg) / tps;
+        t_hi = min(grp * tpg + tpg - 1, tiles - 1) / tps;
+      }
+      mma_stage_quant(h + i64(t_lo) * F, t_hi - t_lo + 1, F, xq + t_lo * stride, stride, xsc + t_lo);
     }
     float acc[TPW][2] = {};
     if (e >= 0) ms.run_checked<1>(b0, b1, g == 0 ? xq + t * stride : nullptr, xsc + t, acc);

@@ -319,6 +319,10 @@ nlohmann::ordered_json bench(const BenchOptions& o) {
     ms.push_back(b.last_run_ms());
   }
   int64_t launches = b.last_launches();
+  // Synthetic weights can drive the activations to inf / NaN, and that changes the timing (an FP8 tensor-core GEMV
+  // redoes a segment whose sums come out NaN): the bench says when the last step's logits are not all finite.
+  int64_t nonfinite = 0;
+  for (int64_t i = 0; i < session->vocab(); ++i) nonfinite += std::isfinite(l[size_t(i)]) ? 0 : 1;
   // The mean is the time a generation spends a token: steps differ by position (a ratio-2 compressor emits an entry
   // every other step), so the median of a two-valued series can sit on either value.
   double step_ms = 0.0;
@@ -363,6 +367,7 @@ nlohmann::ordered_json bench(const BenchOptions& o) {
   j["achieved_gbps"] = achieved / 1e9;
   j["ratio_to_copy_bandwidth"] = copy_bw > 0 ? achieved / copy_bw : 0.0;
   j["kernels_per_step"] = launches;
+  j["decode_logits_nonfinite"] = nonfinite;
   if (const char* skip = std::getenv("SMELT_CUDA_SKIP_KERNELS"); skip && *skip) j["skipped_kernels"] = skip;
   j["graphs"] = o.backend.graphs;
   nlohmann::ordered_json layers = nlohmann::ordered_json::array();
@@ -401,6 +406,10 @@ std::string bench_text(const nlohmann::ordered_json& j) {
        j["decode_ms_median"].get<double>(), j["decode_ms_p10"].get<double>(), j["decode_ms_p90"].get<double>(),
        (long long)j["decode_position"].get<int64_t>(),
        j["decode_tokens_per_s"].get<double>(), (long long)j["kernels_per_step"].get<int64_t>());
+  if (j.value("decode_logits_nonfinite", int64_t(0)) > 0)
+    line("WARNING: %lld of the last step's logits are not finite (the weights drive the activations to inf / NaN; "
+         "NaN handling changes kernel times)",
+         (long long)j["decode_logits_nonfinite"].get<int64_t>());
   if (j.contains("skipped_kernels"))
     line("TIMING ABLATION: kernels %s not launched (SMELT_CUDA_SKIP_KERNELS): every result is wrong",
          j["skipped_kernels"].get<std::string>().c_str());

@@ -14,6 +14,7 @@ constexpr int kMmaWarps = 8;  // kernels/linear/gemv_mma.cuh: block of 256 threa
 int mma_x_stride(int K) { return 2 * K + 64; }
 int mma_scale_stride(int K) { return (2 * (K / 32) + 15) / 16 * 16; }
 constexpr int kMmaRingBytes = 8192;  // gemv_mma.cuh SMELT_MMA_RING_BYTES (the kernels' default)
+constexpr int kMmaDownTpw = 2;       // gemv_mma.cuh SMELT_MMA_DOWN_TPW: a down tile is 16 x 2 output rows
 unsigned mma_smem(int K, int rows_staged) {  // + the warps' weight rings and FP8 scale bytes
   return unsigned(rows_staged * mma_x_stride(K) + (K / 32) * 8 * 4 + kMmaWarps * 4 * 32 * 4 +
                   kMmaWarps * (kMmaRingBytes + mma_scale_stride(K)));
@@ -61,7 +62,7 @@ bool try_experts_mma(Ctx& c, const ExpertsLaunch& a) {
   if (smem_up > mma_smem_max(c.l) || smem_down > mma_smem_max(c.l)) return false;
   const unsigned blocks = gemv_blocks(c.l);
   const int rb = 1;  // the model's numerics (the caller's branch)
-  const int64_t tiles_up = int64_t(a.topk) * ((a.F + 15) / 16), tiles_down = int64_t(a.topk) * ((a.D + 15) / 16);
+  const int64_t tiles_up = int64_t(a.topk) * ((a.F + 15) / 16), tiles_down = int64_t(a.topk) * ((a.D + 16 * kMmaDownTpw - 1) / (16 * kMmaDownTpw));
   const int s_up = ksplit(tiles_up, a.D / 32, blocks), s_down = ksplit(tiles_down, a.F / 32, blocks);
   const std::string up = std::string("smelt_moe_up_") + a.f.fmt + "_mma";
   c.go(up.c_str(), grid(tiles_up, s_up, blocks), 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk, a.idx,

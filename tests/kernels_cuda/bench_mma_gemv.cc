@@ -38,25 +38,30 @@ struct Variant {
   int group;       // SMELT_MMA_GROUP
   int tiled = 1;   // SMELT_W_TILED: the weights in tile order (the runtime's layout on sm_89+) or row-major (0)
   int tpw = 1;     // SMELT_MMA_TPW: 16-row matrices a warp of the linear walks at once
-  int down_tpw = 1;  // SMELT_MMA_DOWN_TPW: the same for the experts' down projection
+  int down_tpw = 2;  // SMELT_MMA_DOWN_TPW: the same for the experts' down projection
   int l2pf = 128;    // SMELT_MMA_L2PF: L2 prefetch hint of the weight copies (bytes)
+  int fp4_pair_stages = 8;  // SMELT_MMA_FP4_PAIR_STAGES: ring stages of the experts' FP4 gate + up segment
 };
 // "base" is what the runtime compiles (the knobs' defaults). Every FP4 stage of two matrices is 512 bytes and an FP8
 // one of two matrices 1 KB; a ring must hold at least one group of stages (group <= ring / stage). The codes are
 // random, so either layout times the same work.
 const Variant kVariants[] = {
     {"base", 8192, 2, 4},
-    {"nopf", 8192, 2, 4, 1, 1, 1, 0},
+    {"nopf", 8192, 2, 4, 1, 1, 2, 0},
     {"rowmajor", 8192, 2, 4, 0},
-    {"rowmajor_nopf", 8192, 2, 4, 0, 1, 1, 0},
+    {"rowmajor_nopf", 8192, 2, 4, 0, 1, 2, 0},
     {"ring4k", 4096, 2, 4},
+    {"down1", 8192, 2, 4, 1, 1, 1},           // one 16-row tile a warp in the experts' down (the default until session 8)
+    {"p16", 8192, 2, 4, 1, 1, 2, 128, 16},    // 16 ring stages for the FP4 gate + up (slower: 45.6 vs 43.7 us)
+    {"mb3r4k", 4096, 3, 4},                   // three blocks a multiprocessor (80 registers, a few spilled)
 };
 
 std::vector<std::string> defines(const Variant& v) {
   return {"-DSMELT_MMA_RING_BYTES=" + std::to_string(v.ring), "-DSMELT_MMA_MIN_BLOCKS=" + std::to_string(v.min_blocks),
           "-DSMELT_MMA_GROUP=" + std::to_string(v.group), "-DSMELT_W_TILED=" + std::to_string(v.tiled),
           "-DSMELT_MMA_TPW=" + std::to_string(v.tpw), "-DSMELT_MMA_DOWN_TPW=" + std::to_string(v.down_tpw),
-          "-DSMELT_MMA_L2PF=" + std::to_string(v.l2pf)};
+          "-DSMELT_MMA_L2PF=" + std::to_string(v.l2pf),
+          "-DSMELT_MMA_FP4_PAIR_STAGES=" + std::to_string(v.fp4_pair_stages)};
 }
 
 // gemv_mma.cuh mma_smem_bytes with the variant's ring.

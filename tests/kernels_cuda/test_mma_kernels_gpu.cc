@@ -264,7 +264,7 @@ void run_moe(bool fp4, int E, int D, int F, const std::vector<int32_t>& idx, boo
   DevPtr o0 = gpu().alloc(size_t(topk) * D * 4), o1 = gpu().alloc(size_t(topk) * D * 4);
   gpu().launch("moe", ("smelt_moe_down_" + f + "_aq_dec").c_str(), 16, 1, 1, 512, gemv_aq_smem(F, topk, 4, 1, fp4), h0, D, F,
                topk, didx, E, ew, 128, rb, 0, o0, 4);
-  const int64_t tiles_down = int64_t(topk) * ((D + 15) / 16);
+  const int64_t tiles_down = int64_t(topk) * ((D + 31) / 32);  // gemv_mma.cuh SMELT_MMA_DOWN_TPW = 2 rows of tiles
   gpu().launch("moe", ("smelt_moe_down_" + f + "_mma").c_str(), grid, 1, 1, 256, mma_smem(F, topk), h0, D, F, topk, didx,
                E, ew, 128, rb, 0, o1, ksplit(tiles_down, F / 32, 264));
   std::vector<double> Ad(size_t(topk) * D, 0.0);

@@ -31,22 +31,30 @@ bool env_on(const char* name) {
   return v && *v && std::string(v) != "0";
 }
 
+// The comma-separated names in $var.
+std::set<std::string> env_names(const char* var) {
+  std::set<std::string> out;
+  const char* v = std::getenv(var);
+  std::string all = v ? v : "";
+  for (size_t at = 0; at < all.size();) {
+    size_t end = all.find(',', at);
+    if (end == std::string::npos) end = all.size();
+    if (end > at) out.insert(all.substr(at, end - at));
+    at = end + 1;
+  }
+  return out;
+}
 // $SMELT_CUDA_SKIP_KERNELS=name,name,...: those kernels are not launched. A timing ablation only (what a decode step
 // would cost without them, e.g. before fusing them away); every result after a skipped kernel is wrong, and
 // `smelt-run bench` says so.
 const std::set<std::string>& skipped_kernels() {
-  static const std::set<std::string> s = [] {
-    std::set<std::string> out;
-    const char* v = std::getenv("SMELT_CUDA_SKIP_KERNELS");
-    std::string all = v ? v : "";
-    for (size_t at = 0; at < all.size();) {
-      size_t end = all.find(',', at);
-      if (end == std::string::npos) end = all.size();
-      if (end > at) out.insert(all.substr(at, end - at));
-      at = end + 1;
-    }
-    return out;
-  }();
+  static const std::set<std::string> s = env_names("SMELT_CUDA_SKIP_KERNELS");
+  return s;
+}
+// $SMELT_CUDA_PDL_OFF=name,...: those kernels are launched without the programmatic-dependent-launch attribute: they
+// start only once the previous kernel has finished (the results are the same). Timing experiments.
+const std::set<std::string>& pdl_off_kernels() {
+  static const std::set<std::string> s = env_names("SMELT_CUDA_PDL_OFF");
   return s;
 }
 
@@ -321,7 +329,8 @@ void CudaBackend::launch(const OpLaunch& l, const char* name, unsigned gx, unsig
     check(d_.cuEventRecord(e, static_cast<CUstream>(l.stream)), "recording events");
   }
   CUresult r;
-  if (pdl_) {  // programmatic dependent launch: every kernel starts with SMELT_KERNEL_PROLOGUE (kernels/cuda/common.cuh)
+  const bool programmatic = pdl_ && (pdl_off_kernels().empty() || !pdl_off_kernels().count(name));
+  if (programmatic) {  // programmatic dependent launch: every kernel starts with SMELT_KERNEL_PROLOGUE (kernels/cuda/common.cuh)
     LaunchAttribute attr{};
     attr.id = kLaunchAttrProgrammaticStreamSerialization;
     attr.value.programmatic_stream_serialization_allowed = 1;

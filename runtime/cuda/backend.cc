@@ -58,6 +58,10 @@ const std::set<std::string>& pdl_off_kernels() {
   return s;
 }
 
+// Ops the side stream runs (CudaBackend::run_ops): hc_mix, whose outputs are read only by the next hc_collapse /
+// hc_expand, so its two kernels (~4 us each in a decode step) leave the main stream's critical path. No states.
+bool side_kind(const OpRef& op) { return op.spec->kind == OpKind::HcMix && op.states.empty(); }
+
 int arch_num(const std::string& arch) {  // sm_90 -> 90, or -1
   if (arch.rfind("sm_", 0) != 0) return -1;
   std::string d = arch.substr(3);
@@ -151,6 +155,13 @@ CudaBackend::CudaBackend(const Plan& plan, const BackendOptions& o) : plan_(plan
     check(d_.cuStreamCreate(&stream_, kStreamNonBlocking), "creating a stream");
     check(d_.cuEventCreate(&ev_start_, 0), "creating events");
     check(d_.cuEventCreate(&ev_end_, 0), "creating events");
+    // SMELT_CUDA_SIDE_STREAM=0: every op on the one stream (A/B timing, bisecting).
+    side_on_ = d_.cuStreamWaitEvent && !env_off("SMELT_CUDA_SIDE_STREAM");
+    if (side_on_) {
+      check(d_.cuStreamCreate(&side_, kStreamNonBlocking), "creating a stream");
+      check(d_.cuEventCreate(&side_fork_, kEventDisableTiming), "creating events");
+      check(d_.cuEventCreate(&side_join_, kEventDisableTiming), "creating events");
+    }
 
     for (const auto* k : *plan.fb().kernels()) {
       if (!k->format() || k->format()->str() != "cubin" || !k->arch() || k->arch()->str() != arch_ || !k->image()) continue;
@@ -165,13 +176,14 @@ CudaBackend::CudaBackend(const Plan& plan, const BackendOptions& o) : plan_(plan
     }
 
     // Scratch: one region as large as the largest op asks for (ops run one after another on one stream).
-    uint64_t scratch = 0;
+    uint64_t scratch = 0, side_scratch = 0;  // the side stream's ops carve their own region
     std::vector<int> act_quant_weights, weight_only_weights;
     for (const OpRef& op : plan.ops()) {
       Prepare p;
       if (is_collective(op.spec->kind)) p.scratch_bytes = NcclComms::scratch_bytes(plan, op, plan.max_rows());
       else prepare_op(plan, op, plan.max_rows(), p);
       scratch = std::max(scratch, p.scratch_bytes);
+      if (side_on_ && side_kind(op)) side_scratch = std::max(side_scratch, p.scratch_bytes);
       act_quant_weights.insert(act_quant_weights.end(), p.act_quant_weights.begin(), p.act_quant_weights.end());
       weight_only_weights.insert(weight_only_weights.end(), p.weight_only_weights.begin(), p.weight_only_weights.end());
     }
@@ -197,7 +209,7 @@ CudaBackend::CudaBackend(const Plan& plan, const BackendOptions& o) : plan_(plan
     uint64_t arena = align256(plan.fb().arena_bytes());
     size_t free_bytes = 0, total_bytes = 0;
     check(d_.cuMemGetInfo(&free_bytes, &total_bytes), "reading the free GPU memory");
-    uint64_t need = weights_.bytes() + arena + states_bytes_ + scratch + (64ull << 20);
+    uint64_t need = weights_.bytes() + arena + states_bytes_ + scratch + side_scratch + (64ull << 20);
     if (need > free_bytes)
       throw Error(plan.path() + ": needs " + gib(need) + " on the GPU (weights " + gib(weights_.bytes()) + ", arena " +
                   gib(arena) + ", states " + gib(states_bytes_) + ") but " + dev_.name + " has " + gib(free_bytes) +
@@ -205,6 +217,7 @@ CudaBackend::CudaBackend(const Plan& plan, const BackendOptions& o) : plan_(plan
     check(d_.cuMemAlloc(&arena_, std::max<uint64_t>(arena, 256)), "allocating the arena");
     check(d_.cuMemAlloc(&states_, std::max<uint64_t>(states_bytes_, 256)), "allocating the states");
     if (scratch) check(d_.cuMemAlloc(&scratch_, align256(scratch)), "allocating op scratch");
+    if (side_scratch) check(d_.cuMemAlloc(&side_scratch_, align256(side_scratch)), "allocating op scratch");
     check(d_.cuMemAlloc(&step_, 256), "allocating the step info");
     check(d_.cuMemAllocHost(&host_ids_, size_t(plan.max_rows()) * 4), "allocating pinned memory");
     check(d_.cuMemAllocHost(&host_step_, sizeof(StepInfo)), "allocating pinned memory");
@@ -264,9 +277,10 @@ void CudaBackend::release() noexcept {
   if (stream_) d_.cuStreamSynchronize(stream_);
   for (auto& [rows, exec] : graphs_by_rows_) d_.cuGraphExecDestroy(exec);
   graphs_by_rows_.clear();
-  for (CUdeviceptr p : {arena_, states_, scratch_, step_, sample_scratch_})
+  if (side_) d_.cuStreamSynchronize(side_);
+  for (CUdeviceptr p : {arena_, states_, scratch_, side_scratch_, step_, sample_scratch_})
     if (p) d_.cuMemFree(p);
-  arena_ = states_ = scratch_ = step_ = sample_scratch_ = 0;
+  arena_ = states_ = scratch_ = side_scratch_ = step_ = sample_scratch_ = 0;
   weights_.release();  // before the context goes
   for (void* h : {host_ids_, host_step_, host_token_})
     if (h) d_.cuMemFreeHost(h);
@@ -278,6 +292,11 @@ void CudaBackend::release() noexcept {
   if (ev_start_) d_.cuEventDestroy(ev_start_);
   if (ev_end_) d_.cuEventDestroy(ev_end_);
   ev_start_ = ev_end_ = nullptr;
+  for (CUevent e : {side_fork_, side_join_})
+    if (e) d_.cuEventDestroy(e);
+  side_fork_ = side_join_ = nullptr;
+  if (side_) d_.cuStreamDestroy(side_);
+  side_ = nullptr;
   if (stream_) d_.cuStreamDestroy(stream_);
   stream_ = nullptr;
   CUdevice dev = 0;
@@ -308,7 +327,7 @@ CUfunction CudaBackend::function(const char* name) {
 }
 
 void CudaBackend::launch(const OpLaunch& l, const char* name, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                         unsigned shared, void** args) {
+                         unsigned shared, void** args, bool programmatic_ok) {
   auto where = [&] { return l.op ? ": " + l.op->where() : std::string(); };
   if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || bx > 1024)
     throw Error(plan_.path() + where() + ": kernel " + name + " launched with grid " + std::to_string(gx) + "x" +
@@ -329,7 +348,8 @@ void CudaBackend::launch(const OpLaunch& l, const char* name, unsigned gx, unsig
     check(d_.cuEventRecord(e, static_cast<CUstream>(l.stream)), "recording events");
   }
   CUresult r;
-  const bool programmatic = pdl_ && (pdl_off_kernels().empty() || !pdl_off_kernels().count(name));
+  const bool programmatic =
+      pdl_ && programmatic_ok && (pdl_off_kernels().empty() || !pdl_off_kernels().count(name));
   if (programmatic) {  // programmatic dependent launch: every kernel starts with SMELT_KERNEL_PROLOGUE (kernels/cuda/common.cuh)
     LaunchAttribute attr{};
     attr.id = kLaunchAttrProgrammaticStreamSerialization;
@@ -351,7 +371,7 @@ void CudaBackend::launch(const OpLaunch& l, const char* name, unsigned gx, unsig
 void CudaBackend::launch_own(const char* name, unsigned grid_x, unsigned block_x, void** args) {
   OpLaunch l;
   l.stream = stream_;
-  launch(l, name, grid_x, 1, 1, block_x, 0, args);
+  launch(l, name, grid_x, 1, 1, block_x, 0, args, true);
 }
 
 void CudaBackend::stage_inputs(const int32_t* ids, int64_t p0, int rows) {
@@ -419,6 +439,7 @@ void CudaBackend::write_state(int id, const void* in) {
 
 void CudaBackend::run_ops(int rows, std::vector<CUevent>* marks, std::vector<Span>* spans) {
   static const bool sync_each = env_on("SMELT_CUDA_SYNC");  // debugging: find the op that faults
+  side_busy_.clear();  // (a run that threw left its ranges behind)
   int layer = -2;
   for (size_t k = 0; k < ops_.size(); ++k) {
     OpLaunch& l = ops_[k];
@@ -431,7 +452,32 @@ void CudaBackend::run_ops(int rows, std::vector<CUevent>* marks, std::vector<Spa
       spans->push_back({layer, int(k), 0, 0, 0.0});
     }
     int64_t before = launches_;
+    // The side stream (not while timing op by op or synchronising after each op): a side op starts once the main
+    // stream's work so far is done (its inputs are written) and runs beside the ops that follow; the main stream
+    // waits for it before an op that reads what it writes or overwrites what it reads or writes (the arena is
+    // planned for one stream: a buffer whose last reader is the side op may be reused before that op has run).
+    const bool side = side_on_ && !marks && !profile_ && !sync_each && side_kind(*l.op);
+    l.stream = side ? side_ : stream_;
+    l.scratch = side ? side_scratch_ : scratch_;
+    if (side) {
+      check(d_.cuEventRecord(side_fork_, stream_), "recording events");
+      check(d_.cuStreamWaitEvent(side_, side_fork_, 0), "forking the side stream");
+    } else if (!side_busy_.empty()) {
+      bool conflict = false;
+      for (const SideRange& b : side_busy_) {
+        for (size_t j = 0; j < std::size(l.in); ++j)
+          conflict = conflict || (b.written && b.overlaps(side_range(l, true, j)));
+        for (size_t j = 0; j < std::size(l.out); ++j) conflict = conflict || b.overlaps(side_range(l, false, j));
+      }
+      if (conflict) side_join();
+    }
     run_op_at(k, rows);
+    if (side) {
+      l.stream = stream_, l.scratch = scratch_;  // run_one runs it on the main stream
+      check(d_.cuEventRecord(side_join_, side_), "recording events");
+      for (size_t j = 0; j < std::size(l.in); ++j) side_busy_.push_back(side_range(l, true, j));
+      for (size_t j = 0; j < std::size(l.out); ++j) side_busy_.push_back(side_range(l, false, j));
+    }
     if (spans) {
       spans->back().ops += 1;
       spans->back().launches += int(launches_ - before);
@@ -445,6 +491,19 @@ void CudaBackend::run_ops(int rows, std::vector<CUevent>* marks, std::vector<Spa
       }
     }
   }
+  if (!side_busy_.empty()) side_join();  // a captured graph ends with every stream joined
+}
+
+void CudaBackend::side_join() {
+  check(d_.cuStreamWaitEvent(stream_, side_join_, 0), "joining the side stream");
+  side_busy_.clear();
+}
+
+CudaBackend::SideRange CudaBackend::side_range(const OpLaunch& l, bool input, size_t j) const {
+  const CUdeviceptr p = input ? l.in[j] : l.out[j];
+  const int64_t w = input ? l.in_w[j] : l.out_w[j];
+  if (!p) return {0, 0, !input};
+  return {p, p + uint64_t(plan_.max_rows()) * uint64_t(w) * 4, !input};  // F32 / I32 row buffers
 }
 
 void CudaBackend::make_current() { check(d_.cuCtxSetCurrent(ctx_), "making the GPU's context current"); }

@@ -126,7 +126,7 @@ class CudaBackend final : public Launcher {
   CUstream stream() const { return stream_; }
 
   void launch(const OpLaunch& l, const char* name, unsigned grid_x, unsigned grid_y, unsigned grid_z,
-              unsigned block_x, unsigned shared_bytes, void** args) override;
+              unsigned block_x, unsigned shared_bytes, void** args, bool programmatic) override;
   // The backend's own kernels (kernels/backend): same lookup, no op.
   void launch_own(const char* name, unsigned grid_x, unsigned block_x, void** args);
 
@@ -159,6 +159,21 @@ class CudaBackend final : public Launcher {
   double last_ms_ = 0.0;
   bool record_kernels_ = false;
   bool pdl_ = false;  // launch with programmatic stream serialization (sm_90+)
+  // The side stream: ops whose results are needed only later (hc_mix: its pre / post / comb feed the next collapse
+  // and expand) run there, concurrently with the main stream's ops (run_ops). side_busy_: arena byte ranges the side
+  // stream's queued ops read or write; a main-stream op that touches one first waits for the side stream.
+  CUstream side_ = nullptr;
+  CUevent side_fork_ = nullptr, side_join_ = nullptr;
+  CUdeviceptr side_scratch_ = 0;
+  bool side_on_ = false;
+  struct SideRange {
+    CUdeviceptr lo, hi;
+    bool written;
+    bool overlaps(const SideRange& o) const { return o.lo < hi && lo < o.hi; }
+  };
+  std::vector<SideRange> side_busy_;
+  SideRange side_range(const OpLaunch& l, bool input, size_t j) const;  // buffer j of the op, its whole rows
+  void side_join();
   std::vector<std::pair<std::string, CUevent>>* profile_ = nullptr;  // run_profiled: an event per launch
   std::vector<std::string> last_kernels_;
   int64_t launches_ = 0, last_launches_ = 0;

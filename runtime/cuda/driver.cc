@@ -56,6 +56,7 @@ std::unique_ptr<Driver> open_driver(const std::string& library) {
   SMELT_BIND(cuModuleGetFunction, "cuModuleGetFunction");
   SMELT_BIND(cuFuncSetAttribute, "cuFuncSetAttribute");
   SMELT_BIND(cuLaunchKernel, "cuLaunchKernel");
+  x.cuStreamWaitEvent = reinterpret_cast<decltype(x.cuStreamWaitEvent)>(dlsym(lib, "cuStreamWaitEvent"));
   x.cuLaunchKernelEx = reinterpret_cast<decltype(x.cuLaunchKernelEx)>(dlsym(lib, "cuLaunchKernelEx"));
   SMELT_BIND(cuStreamCreate, "cuStreamCreate");
   SMELT_BIND(cuStreamDestroy, "cuStreamDestroy_v2");

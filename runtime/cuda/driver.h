@@ -24,6 +24,7 @@ constexpr int kAttrComputeCapabilityMinor = 76;
 constexpr int kAttrMultiprocessorCount = 16;
 constexpr int kFuncAttrMaxDynamicSharedBytes = 8;
 constexpr unsigned kStreamNonBlocking = 1;
+constexpr unsigned kEventDisableTiming = 2;  // CU_EVENT_DISABLE_TIMING
 constexpr int kCaptureModeThreadLocal = 1;
 
 // cuda.h's CUDA_MEMCPY2D (memory types: 2 = device).
@@ -113,6 +114,8 @@ struct Driver {
   CUresult (*cuEventSynchronize)(CUevent);
   CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent);
   CUresult (*cuMemcpy2DAsync)(const Memcpy2D*, CUstream);  // partitioned plans: all_gather's interleave
+  // Optional (nullptr when the driver lacks it): the side stream's fork and join (runtime/cuda/backend.cc).
+  CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned);
 };
 
 // The loaded driver, initialised (cuInit) on first use. Throws smelt::Error with one sentence when there is no

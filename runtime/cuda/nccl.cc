@@ -270,7 +270,7 @@ void NcclComms::run(const OpLaunch& l, int rank) const {
         DevPtr y = l.out[0];
         void* args[] = {&y, const_cast<int64_t*>(&total), nullptr};
         l.backend->launch(l, "smelt_round_bf16_rows", unsigned(std::min<int64_t>((total + 255) / 256, 4096)), 1, 1,
-                          256, 0, args);
+                          256, 0, args, true);
       }
       break;
     }

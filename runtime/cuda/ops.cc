@@ -270,6 +270,12 @@ void run_experts(Ctx& c, bool routed) {
   }
   const DevPtr h = c.scratch(uint64_t(RT) * F * 4);
   const DevPtr out = routed ? c.scratch(uint64_t(RT) * D * 4) : l.out[0];
+  // The routed experts' first kernel (up) is launched once the routing has finished, not early by programmatic
+  // dependent launch: it can do nothing before its wait (its experts come from the routing), and launched early it
+  // cost the V4.1-Flash slice's decode step 1.623 -> 1.514 ms (tensor-core path) and 1.804 -> 1.612 ms (weight-only
+  // path; SMELT_CUDA_PDL_OFF sweeps, docs/performance.md). The shared expert, whose kernels load weights before
+  // their wait, keeps it (off: +70 us).
+  c.after_previous = routed;
   // Routed: the slots' outputs into l.out[0], times the routing weights unless up applied them (the model's
   // numerics do); swiglu_mlp's down kernel wrote l.out[0] itself.
   auto combine = [&](int weighted) {

@@ -65,12 +65,6 @@ bool try_experts_mma(Ctx& c, const ExpertsLaunch& a) {
   const int64_t tiles_up = int64_t(a.topk) * ((a.F + 15) / 16), tiles_down = int64_t(a.topk) * ((a.D + 16 * kMmaDownTpw - 1) / (16 * kMmaDownTpw));
   const int s_up = ksplit(tiles_up, a.D / 32, blocks), s_down = ksplit(tiles_down, a.F / 32, blocks);
   const std::string up = std::string("smelt_moe_up_") + a.f.fmt + "_mma";
-  // The routed experts' up is launched once the routing kernel has finished, not early by programmatic dependent
-  // launch: it can do nothing before its wait (its experts come from the routing), and launched early it cost the
-  // V4.1-Flash slice ~27 us a layer (decode 1.623 -> 1.514 ms a step without it; SMELT_CUDA_PDL_OFF sweeps of the
-  // other kernels gained nothing, and the shared expert, which loads weights before its wait, needs it:
-  // docs/performance.md).
-  c.after_previous = a.routed;
   c.go(up.c_str(), grid(tiles_up, s_up, blocks), 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk, a.idx,
        a.n_experts, a.rw, a.ew, int(a.f.blk), a.limit, rb, a.h, s_up);
   const std::string down = std::string("smelt_moe_down_") + a.f.fmt + "_mma";

@@ -58,9 +58,12 @@ const std::set<std::string>& pdl_off_kernels() {
   return s;
 }
 
-// Ops the side stream runs (CudaBackend::run_ops): hc_mix, whose outputs are read only by the next hc_collapse /
-// hc_expand, so its two kernels (~4 us each in a decode step) leave the main stream's critical path. No states.
-bool side_kind(const OpRef& op) { return op.spec->kind == OpKind::HcMix && op.states.empty(); }
+// Ops the side stream runs (CudaBackend::run_ops), beside the main stream's: hc_mix, whose outputs are read only by
+// the next hc_collapse / hc_expand, and swiglu_mlp (the shared expert), which needs only the normed input and runs
+// beside the routing and the routed experts. No states.
+bool side_kind(const OpRef& op) {
+  return (op.spec->kind == OpKind::HcMix || op.spec->kind == OpKind::SwigluMlp) && op.states.empty();
+}
 
 int arch_num(const std::string& arch) {  // sm_90 -> 90, or -1
   if (arch.rfind("sm_", 0) != 0) return -1;
@@ -261,6 +264,7 @@ CudaBackend::CudaBackend(const Plan& plan, const BackendOptions& o) : plan_(plan
           l.state_cols[j] = shape[1];
         }
     }
+    plan_side_stream();
     // SMELT_CUDA_SYNC synchronises after every op, which a graph capture forbids.
     graphs_ = o.graphs && !env_off("SMELT_CUDA_GRAPHS") && !env_on("SMELT_CUDA_SYNC");
   } catch (...) {
@@ -440,6 +444,7 @@ void CudaBackend::write_state(int id, const void* in) {
 void CudaBackend::run_ops(int rows, std::vector<CUevent>* marks, std::vector<Span>* spans) {
   static const bool sync_each = env_on("SMELT_CUDA_SYNC");  // debugging: find the op that faults
   side_busy_.clear();  // (a run that threw left its ranges behind)
+  if (side_on_ && !marks && !profile_ && !sync_each) launch_side_after(-1, rows);
   int layer = -2;
   for (size_t k = 0; k < ops_.size(); ++k) {
     OpLaunch& l = ops_[k];
@@ -452,17 +457,12 @@ void CudaBackend::run_ops(int rows, std::vector<CUevent>* marks, std::vector<Spa
       spans->push_back({layer, int(k), 0, 0, 0.0});
     }
     int64_t before = launches_;
-    // The side stream (not while timing op by op or synchronising after each op): a side op starts once the main
-    // stream's work so far is done (its inputs are written) and runs beside the ops that follow; the main stream
-    // waits for it before an op that reads what it writes or overwrites what it reads or writes (the arena is
-    // planned for one stream: a buffer whose last reader is the side op may be reused before that op has run).
-    const bool side = side_on_ && !marks && !profile_ && !sync_each && side_kind(*l.op);
-    l.stream = side ? side_ : stream_;
-    l.scratch = side ? side_scratch_ : scratch_;
-    if (side) {
-      check(d_.cuEventRecord(side_fork_, stream_), "recording events");
-      check(d_.cuStreamWaitEvent(side_, side_fork_, 0), "forking the side stream");
-    } else if (!side_busy_.empty()) {
+    // The side stream (not while timing op by op or synchronising after each op; plan_side_stream): a side op was
+    // launched right after the last main op it depends on and runs beside the ops that follow; the main stream waits
+    // for it before an op that reads what it writes or overwrites what it reads or writes.
+    const bool side_now = side_on_ && !marks && !profile_ && !sync_each;
+    if (side_now && side_of_[k]) continue;
+    if (side_now && !side_busy_.empty()) {
       bool conflict = false;
       for (const SideRange& b : side_busy_) {
         for (size_t j = 0; j < std::size(l.in); ++j)
@@ -472,12 +472,7 @@ void CudaBackend::run_ops(int rows, std::vector<CUevent>* marks, std::vector<Spa
       if (conflict) side_join();
     }
     run_op_at(k, rows);
-    if (side) {
-      l.stream = stream_, l.scratch = scratch_;  // run_one runs it on the main stream
-      check(d_.cuEventRecord(side_join_, side_), "recording events");
-      for (size_t j = 0; j < std::size(l.in); ++j) side_busy_.push_back(side_range(l, true, j));
-      for (size_t j = 0; j < std::size(l.out); ++j) side_busy_.push_back(side_range(l, false, j));
-    }
+    if (side_now) launch_side_after(int(k), rows);
     if (spans) {
       spans->back().ops += 1;
       spans->back().launches += int(launches_ - before);
@@ -492,6 +487,61 @@ void CudaBackend::run_ops(int rows, std::vector<CUevent>* marks, std::vector<Spa
     }
   }
   if (!side_busy_.empty()) side_join();  // a captured graph ends with every stream joined
+}
+
+// For every side op k: the main op after which it is launched, the last op before it that writes one of its inputs
+// or touches one of its outputs (the arena is planned for one stream in program order: a buffer k writes may hold
+// values an earlier op still reads until k's own position), and never before an earlier side op's point (the side
+// stream runs its ops in program order).
+void CudaBackend::plan_side_stream() {
+  side_of_.assign(ops_.size(), 0);
+  side_after_.assign(ops_.size() + 1, {});
+  if (!side_on_) return;
+  int last = -1;
+  for (size_t k = 0; k < ops_.size(); ++k) {
+    if (!side_kind(*ops_[k].op)) continue;
+    int at = last;
+    for (size_t m = 0; m < k; ++m) {
+      if (side_of_[m]) continue;  // an earlier side op: the side stream keeps their order
+      bool conflict = false;
+      for (size_t j = 0; j < std::size(ops_[k].in); ++j) {
+        const SideRange in = side_range(ops_[k], true, j);
+        for (size_t q = 0; q < std::size(ops_[m].out); ++q)
+          conflict = conflict || in.overlaps(side_range(ops_[m], false, q));
+      }
+      for (size_t j = 0; j < std::size(ops_[k].out); ++j) {
+        const SideRange out = side_range(ops_[k], false, j);
+        for (size_t q = 0; q < std::size(ops_[m].in); ++q)
+          conflict = conflict || out.overlaps(side_range(ops_[m], true, q));
+        for (size_t q = 0; q < std::size(ops_[m].out); ++q)
+          conflict = conflict || out.overlaps(side_range(ops_[m], false, q));
+      }
+      if (conflict || is_collective(ops_[m].op->spec->kind)) at = std::max(at, int(m));
+    }
+    side_of_[k] = 1;
+    side_after_[size_t(at + 1)].push_back(int(k));
+    last = at;
+  }
+}
+
+// The side ops due after main op m (-1: before the first) on the side stream, after the main stream's work so far.
+void CudaBackend::launch_side_after(int m, int rows) {
+  for (int k : side_after_[size_t(m + 1)]) {
+    OpLaunch& l = ops_[size_t(k)];
+    check(d_.cuEventRecord(side_fork_, stream_), "recording events");
+    check(d_.cuStreamWaitEvent(side_, side_fork_, 0), "forking the side stream");
+    l.stream = side_, l.scratch = side_scratch_;
+    try {
+      run_op_at(size_t(k), rows);
+    } catch (...) {
+      l.stream = stream_, l.scratch = scratch_;
+      throw;
+    }
+    l.stream = stream_, l.scratch = scratch_;  // run_one runs it on the main stream
+    check(d_.cuEventRecord(side_join_, side_), "recording events");
+    for (size_t j = 0; j < std::size(l.in); ++j) side_busy_.push_back(side_range(l, true, j));
+    for (size_t j = 0; j < std::size(l.out); ++j) side_busy_.push_back(side_range(l, false, j));
+  }
 }
 
 void CudaBackend::side_join() {

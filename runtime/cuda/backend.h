@@ -173,6 +173,10 @@ class CudaBackend final : public Launcher {
   };
   std::vector<SideRange> side_busy_;
   SideRange side_range(const OpLaunch& l, bool input, size_t j) const;  // buffer j of the op, its whole rows
+  std::vector<char> side_of_;                 // op k runs on the side stream
+  std::vector<std::vector<int>> side_after_;  // [m + 1]: the side ops launched after main op m (-1: first)
+  void plan_side_stream();
+  void launch_side_after(int m, int rows);
   void side_join();
   std::vector<std::pair<std::string, CUevent>>* profile_ = nullptr;  // run_profiled: an event per launch
   std::vector<std::string> last_kernels_;

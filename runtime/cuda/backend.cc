@@ -461,16 +461,8 @@ void CudaBackend::run_ops(int rows, std::vector<CUevent>* marks, std::vector<Spa
     // launched right after the last main op it depends on and runs beside the ops that follow; the main stream waits
     // for it before an op that reads what it writes or overwrites what it reads or writes.
     const bool side_now = side_on_ && !marks && !profile_ && !sync_each;
-    if (side_now && side_of_[k]) continue;
-    if (side_now && !side_busy_.empty()) {
-      bool conflict = false;
-      for (const SideRange& b : side_busy_) {
-        for (size_t j = 0; j < std::size(l.in); ++j)
-          conflict = conflict || (b.written && b.overlaps(side_range(l, true, j)));
-        for (size_t j = 0; j < std::size(l.out); ++j) conflict = conflict || b.overlaps(side_range(l, false, j));
-      }
-      if (conflict) side_join();
-    }
+    if (side_now && side_plan_.side[k]) continue;
+    if (side_now && !side_busy_.empty() && side_busy_.must_wait(access_[k])) side_join();
     run_op_at(k, rows);
     if (side_now) launch_side_after(int(k), rows);
     if (spans) {
@@ -489,44 +481,27 @@ void CudaBackend::run_ops(int rows, std::vector<CUevent>* marks, std::vector<Spa
   if (!side_busy_.empty()) side_join();  // a captured graph ends with every stream joined
 }
 
-// For every side op k: the main op after which it is launched, the last op before it that writes one of its inputs
-// or touches one of its outputs (the arena is planned for one stream in program order: a buffer k writes may hold
-// values an earlier op still reads until k's own position), and never before an earlier side op's point (the side
-// stream runs its ops in program order).
+// Every op's arena ranges (whole buffers: max_rows rows of F32 / I32) and the side stream's schedule
+// (side_stream.h plan_side_stream).
 void CudaBackend::plan_side_stream() {
-  side_of_.assign(ops_.size(), 0);
-  side_after_.assign(ops_.size() + 1, {});
-  if (!side_on_) return;
-  int last = -1;
+  access_.assign(ops_.size(), {});
   for (size_t k = 0; k < ops_.size(); ++k) {
-    if (!side_kind(*ops_[k].op)) continue;
-    int at = last;
-    for (size_t m = 0; m < k; ++m) {
-      if (side_of_[m]) continue;  // an earlier side op: the side stream keeps their order
-      bool conflict = false;
-      for (size_t j = 0; j < std::size(ops_[k].in); ++j) {
-        const SideRange in = side_range(ops_[k], true, j);
-        for (size_t q = 0; q < std::size(ops_[m].out); ++q)
-          conflict = conflict || in.overlaps(side_range(ops_[m], false, q));
-      }
-      for (size_t j = 0; j < std::size(ops_[k].out); ++j) {
-        const SideRange out = side_range(ops_[k], false, j);
-        for (size_t q = 0; q < std::size(ops_[m].in); ++q)
-          conflict = conflict || out.overlaps(side_range(ops_[m], true, q));
-        for (size_t q = 0; q < std::size(ops_[m].out); ++q)
-          conflict = conflict || out.overlaps(side_range(ops_[m], false, q));
-      }
-      if (conflict || is_collective(ops_[m].op->spec->kind)) at = std::max(at, int(m));
-    }
-    side_of_[k] = 1;
-    side_after_[size_t(at + 1)].push_back(int(k));
-    last = at;
+    const OpLaunch& l = ops_[k];
+    OpAccess& a = access_[k];
+    auto range = [&](CUdeviceptr p, int64_t w) { return BufferRange{p, p + uint64_t(plan_.max_rows()) * uint64_t(w) * 4}; };
+    for (size_t j = 0; j < std::size(l.in); ++j)
+      if (l.in[j]) a.reads.push_back(range(l.in[j], l.in_w[j]));
+    for (size_t j = 0; j < std::size(l.out); ++j)
+      if (l.out[j]) a.writes.push_back(range(l.out[j], l.out_w[j]));
+    a.side = side_on_ && side_kind(*l.op);
+    a.fence = is_collective(l.op->spec->kind);
   }
+  side_plan_ = smelt::runtime::cuda::plan_side_stream(access_);
 }
 
 // The side ops due after main op m (-1: before the first) on the side stream, after the main stream's work so far.
 void CudaBackend::launch_side_after(int m, int rows) {
-  for (int k : side_after_[size_t(m + 1)]) {
+  for (int k : side_plan_.after[size_t(m + 1)]) {
     OpLaunch& l = ops_[size_t(k)];
     check(d_.cuEventRecord(side_fork_, stream_), "recording events");
     check(d_.cuStreamWaitEvent(side_, side_fork_, 0), "forking the side stream");
@@ -539,21 +514,13 @@ void CudaBackend::launch_side_after(int m, int rows) {
     }
     l.stream = stream_, l.scratch = scratch_;  // run_one runs it on the main stream
     check(d_.cuEventRecord(side_join_, side_), "recording events");
-    for (size_t j = 0; j < std::size(l.in); ++j) side_busy_.push_back(side_range(l, true, j));
-    for (size_t j = 0; j < std::size(l.out); ++j) side_busy_.push_back(side_range(l, false, j));
+    side_busy_.add(access_[size_t(k)]);
   }
 }
 
 void CudaBackend::side_join() {
   check(d_.cuStreamWaitEvent(stream_, side_join_, 0), "joining the side stream");
   side_busy_.clear();
-}
-
-CudaBackend::SideRange CudaBackend::side_range(const OpLaunch& l, bool input, size_t j) const {
-  const CUdeviceptr p = input ? l.in[j] : l.out[j];
-  const int64_t w = input ? l.in_w[j] : l.out_w[j];
-  if (!p) return {0, 0, !input};
-  return {p, p + uint64_t(plan_.max_rows()) * uint64_t(w) * 4, !input};  // F32 / I32 row buffers
 }
 
 void CudaBackend::make_current() { check(d_.cuCtxSetCurrent(ctx_), "making the GPU's context current"); }

@@ -17,6 +17,7 @@
 #include "runtime/cuda/device_weights.h"
 #include "runtime/cuda/driver.h"
 #include "runtime/cuda/launch.h"
+#include "runtime/cuda/side_stream.h"
 #include "runtime/plan.h"
 
 namespace smelt::runtime::cuda {
@@ -166,15 +167,9 @@ class CudaBackend final : public Launcher {
   CUevent side_fork_ = nullptr, side_join_ = nullptr;
   CUdeviceptr side_scratch_ = 0;
   bool side_on_ = false;
-  struct SideRange {
-    CUdeviceptr lo, hi;
-    bool written;
-    bool overlaps(const SideRange& o) const { return o.lo < hi && lo < o.hi; }
-  };
-  std::vector<SideRange> side_busy_;
-  SideRange side_range(const OpLaunch& l, bool input, size_t j) const;  // buffer j of the op, its whole rows
-  std::vector<char> side_of_;                 // op k runs on the side stream
-  std::vector<std::vector<int>> side_after_;  // [m + 1]: the side ops launched after main op m (-1: first)
+  SideBusy side_busy_;
+  std::vector<OpAccess> access_;  // per op: the arena ranges it reads and writes (side_stream.h)
+  SideSchedule side_plan_;
   void plan_side_stream();
   void launch_side_after(int m, int rows);
   void side_join();

@@ -1,0 +1,49 @@
+#include "runtime/cuda/side_stream.h"
+
+#include <algorithm>
+
+namespace smelt::runtime::cuda {
+
+namespace {
+
+bool any_overlap(const std::vector<BufferRange>& a, const std::vector<BufferRange>& b) {
+  for (const BufferRange& x : a)
+    for (const BufferRange& y : b)
+      if (x.overlaps(y)) return true;
+  return false;
+}
+
+}  // namespace
+
+SideSchedule plan_side_stream(const std::vector<OpAccess>& ops) {
+  SideSchedule s;
+  s.side.assign(ops.size(), 0);
+  s.after.assign(ops.size() + 1, {});
+  int last = -1;
+  for (size_t k = 0; k < ops.size(); ++k) {
+    if (!ops[k].side) continue;
+    int at = last;
+    for (size_t m = 0; m < k; ++m) {
+      if (s.side[m]) continue;  // an earlier side op: the side stream keeps their order
+      const bool conflict = ops[m].fence || any_overlap(ops[m].writes, ops[k].reads) ||
+                            any_overlap(ops[m].reads, ops[k].writes) || any_overlap(ops[m].writes, ops[k].writes);
+      if (conflict) at = std::max(at, int(m));
+    }
+    s.side[k] = 1;
+    s.after[size_t(at + 1)].push_back(int(k));
+    last = at;
+  }
+  return s;
+}
+
+void SideBusy::add(const OpAccess& a) {
+  reads.insert(reads.end(), a.reads.begin(), a.reads.end());
+  writes.insert(writes.end(), a.writes.begin(), a.writes.end());
+}
+
+bool SideBusy::must_wait(const OpAccess& main_op) const {
+  return any_overlap(writes, main_op.reads) || any_overlap(reads, main_op.writes) ||
+         any_overlap(writes, main_op.writes);
+}
+
+}  // namespace smelt::runtime::cuda

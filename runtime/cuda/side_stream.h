@@ -1,0 +1,45 @@
+// The side stream's schedule (runtime/cuda/backend.cc run_ops): some ops run on a second stream beside the main
+// stream's ops. The arena is planned for one stream in program order (compiler/passes/plan_memory.cc), so which op
+// may run beside which is decided here from the arena byte ranges each op reads and writes. Plain data, no CUDA:
+// tests/cuda_backend checks it without a GPU.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace smelt::runtime::cuda {
+
+// [lo, hi) bytes of the arena (empty when lo == hi).
+struct BufferRange {
+  uint64_t lo = 0, hi = 0;
+  bool overlaps(const BufferRange& o) const { return o.lo < hi && lo < o.hi; }
+};
+
+// What one op of the plan touches, and how it may be scheduled.
+struct OpAccess {
+  std::vector<BufferRange> reads, writes;
+  bool side = false;   // eligible for the side stream (no states: only arena buffers and weights)
+  bool fence = false;  // a side op is never launched before it (collectives)
+};
+
+// side[k]: op k runs on the side stream. after[m + 1]: the side ops launched right after main op m (m = -1: before
+// the first op), in program order. A side op k is launched after the last earlier main op that writes one of its
+// inputs or reads or writes one of its outputs (a buffer k writes may hold a value an earlier op still reads until
+// k's own position in program order), after the last fence before it, and never before an earlier side op's point
+// (the side stream runs its ops in program order).
+struct SideSchedule {
+  std::vector<char> side;
+  std::vector<std::vector<int>> after;
+};
+SideSchedule plan_side_stream(const std::vector<OpAccess>& ops);
+
+// The ranges the side stream's queued ops read and write. A main-stream op must first wait for the side stream when
+// it reads a range a queued side op writes, or writes a range one reads or writes.
+struct SideBusy {
+  std::vector<BufferRange> reads, writes;
+  bool empty() const { return reads.empty() && writes.empty(); }
+  void clear() { reads.clear(), writes.clear(); }
+  void add(const OpAccess& a);
+  bool must_wait(const OpAccess& main_op) const;
+};
+
+}  // namespace smelt::runtime::cuda

@@ -1,0 +1,70 @@
+// The cuda backend's side-stream schedule (runtime/cuda/side_stream.h) on hand-made op lists: where a side op is
+// launched, and when the main stream must wait for it. The GPU tests run whole plans with it (ctest -L gpu).
+#include "runtime/cuda/side_stream.h"
+
+#include <gtest/gtest.h>
+
+namespace {
+
+using smelt::runtime::cuda::BufferRange;
+using smelt::runtime::cuda::OpAccess;
+using smelt::runtime::cuda::plan_side_stream;
+using smelt::runtime::cuda::SideBusy;
+
+// Buffer b of the arena: bytes [100 b, 100 b + 100).
+BufferRange buf(uint64_t b) { return {100 * b, 100 * b + 100}; }
+OpAccess op(std::vector<int> reads, std::vector<int> writes, bool side = false, bool fence = false) {
+  OpAccess a;
+  for (int r : reads) a.reads.push_back(buf(uint64_t(r)));
+  for (int w : writes) a.writes.push_back(buf(uint64_t(w)));
+  a.side = side, a.fence = fence;
+  return a;
+}
+
+TEST(SideStream, LaunchedAfterTheLastProducerOfItsInputs) {
+  // 0 writes b1; 1 reads b1 writes b2; 2 reads b2 writes b3; 3 (side) reads b1 writes b4; 4 reads b4.
+  const auto s = plan_side_stream({op({0}, {1}), op({1}, {2}), op({2}, {3}), op({1}, {4}, true), op({4, 3}, {5})});
+  EXPECT_EQ(s.side, (std::vector<char>{0, 0, 0, 1, 0}));
+  ASSERT_EQ(s.after.size(), 6u);
+  EXPECT_EQ(s.after[1], std::vector<int>{3});  // after op 0, beside ops 1 and 2
+  for (size_t m : {0u, 2u, 3u, 4u, 5u}) EXPECT_TRUE(s.after[m].empty()) << m;
+}
+
+TEST(SideStream, NotBeforeAnEarlierReaderOfTheBufferItWrites) {
+  // The arena reuses b2 for the side op's output once op 2 (its last reader) has run: the side op must not start
+  // before op 2, even though its input b1 is ready after op 0.
+  const auto s = plan_side_stream({op({0}, {1}), op({1}, {2}), op({2}, {3}), op({1}, {2}, true)});
+  EXPECT_EQ(s.after[3], std::vector<int>{3});  // after op 2
+  // An earlier writer of that buffer too (write after write).
+  const auto w = plan_side_stream({op({0}, {1}), op({0}, {2}), op({0}, {3}), op({1}, {2}, true)});
+  EXPECT_EQ(w.after[2], std::vector<int>{3});  // after op 1
+}
+
+TEST(SideStream, FencesAndProgramOrderOfSideOps) {
+  // A collective (fence) at 2: the side op after it, although its input is ready after op 0.
+  const auto f = plan_side_stream({op({0}, {1}), op({1}, {2}), op({2}, {2}, false, true), op({1}, {4}, true)});
+  EXPECT_EQ(f.after[3], std::vector<int>{3});
+  // Two side ops: the second's input is ready before the first's point, but it is not launched earlier.
+  const auto o = plan_side_stream({op({0}, {1}), op({1}, {2}), op({2}, {3}, true), op({1}, {4}, true), op({3, 4}, {5})});
+  EXPECT_EQ(o.after[2], (std::vector<int>{2, 3}));  // both after op 1, in program order
+  for (size_t m : {0u, 1u, 3u, 4u, 5u}) EXPECT_TRUE(o.after[m].empty()) << m;
+  // No main op before it conflicts: launched before op 0.
+  const auto first = plan_side_stream({op({0}, {1}, true), op({0}, {2})});
+  EXPECT_EQ(first.after[0], std::vector<int>{0});
+}
+
+TEST(SideStream, MainStreamWaitsOnlyForConflicts) {
+  SideBusy busy;
+  busy.add(op({1}, {4}, true));  // the side op reads b1 and writes b4
+  EXPECT_FALSE(busy.must_wait(op({1}, {2})));  // also reads b1: no
+  EXPECT_TRUE(busy.must_wait(op({4}, {5})));   // reads what it writes
+  EXPECT_TRUE(busy.must_wait(op({2}, {1})));   // overwrites what it reads
+  EXPECT_TRUE(busy.must_wait(op({2}, {4})));   // overwrites what it writes
+  EXPECT_TRUE(busy.must_wait(OpAccess{{BufferRange{450, 460}}, {}, false, false}));  // a part of b4
+  EXPECT_FALSE(busy.must_wait(OpAccess{{BufferRange{500, 510}}, {}, false, false}));  // b5 starts where b4 ends
+  busy.clear();
+  EXPECT_TRUE(busy.empty());
+  EXPECT_FALSE(busy.must_wait(op({4}, {1})));
+}
+
+}  // namespace

@@ -117,7 +117,10 @@ std::string partition_passes(const CompileOptions& o) {
 
 std::string default_pipeline(const CompileOptions& o) {
   std::string numerics = o.numerics == "model" ? "" : "smelt-numerics{mode=" + o.numerics + "},";
-  return "smelt-verify," + numerics + partition_passes(o) + "smelt-select-kernels{target=" + cuda_compile::pipeline_spelling(o.target) + "},smelt-plan-memory{max-rows=" +
+  // GPU targets: the ops the cuda runtime may run on its side stream (smelt-schedule-streams).
+  const std::string streams = cuda_compile::parse_target(o.target).cuda ? "smelt-schedule-streams," : "";
+  return "smelt-verify," + numerics + partition_passes(o) + "smelt-select-kernels{target=" +
+         cuda_compile::pipeline_spelling(o.target) + "}," + streams + "smelt-plan-memory{max-rows=" +
          std::to_string(o.max_rows) + "}";
 }
 

@@ -140,6 +140,11 @@ std::vector<OpSpec> build() {
 
 }  // namespace
 
+const std::vector<AttrSpec>& schedule_attrs() {
+  static const std::vector<AttrSpec> a = {{"stream", AttrKind::Int, false, 0.0}};
+  return a;
+}
+
 const std::vector<OpSpec>& op_specs() {
   static const std::vector<OpSpec> specs = build();
   return specs;

@@ -60,6 +60,10 @@ struct OpSpec {
 std::vector<OperandSpec> weight_specs(const OpSpec& spec, bool scaled);
 
 const std::vector<OpSpec>& op_specs();
+// Attributes any op may carry besides its own: scheduling hints of the compiler that do not change what the op
+// computes. stream (0 / 1): a GPU backend may run the op on its side stream (compiler/passes/schedule_streams.cc);
+// the cpu backend ignores it.
+const std::vector<AttrSpec>& schedule_attrs();
 const OpSpec* find_op_spec(std::string_view name);  // nullptr if unknown
 bool is_collective(OpKind kind);  // all_reduce, all_gather, send, recv
 

@@ -411,7 +411,11 @@ OpRef Plan::validate_op(const fb::Op& op, int index, const std::string& program)
     for (const fb::Attr* a : *op.attrs()) {
       std::string name = str(a->name());
       auto spec_it = std::find_if(spec.attrs.begin(), spec.attrs.end(), [&](const AttrSpec& s) { return name == s.name; });
-      if (spec_it == spec.attrs.end()) fail(r, "has unknown attribute '" + name + "'");
+      if (spec_it == spec.attrs.end()) {
+        spec_it = std::find_if(schedule_attrs().begin(), schedule_attrs().end(),
+                               [&](const AttrSpec& s) { return name == s.name; });
+        if (spec_it == schedule_attrs().end()) fail(r, "has unknown attribute '" + name + "'");
+      }
       if (r.attrs.count(name)) fail(r, "has attribute '" + name + "' twice");
       // Which fields were written (the generated accessors return 0 for absent ones).
       auto* table = reinterpret_cast<const flatbuffers::Table*>(a);
@@ -430,6 +434,10 @@ OpRef Plan::validate_op(const fb::Op& op, int index, const std::string& program)
       v.ints = vec(a->ints());
       r.attrs.emplace(name, v);
     }
+  if (r.attrs.count("stream") && r.attrs.at("stream").i != 0 && r.attrs.at("stream").i != 1)
+    fail(r, "attribute stream = " + std::to_string(r.attrs.at("stream").i) + " must be 0 (main) or 1 (side)");
+  if (r.attrs.count("stream") && r.attrs.at("stream").i == 1 && !r.states.empty())
+    fail(r, "has stream = 1 but references states: the side stream runs only ops without states");
   for (const AttrSpec& s : spec.attrs) {
     if (r.attrs.count(s.name)) continue;
     if (s.required) fail(r, "is missing required attribute '" + std::string(s.name) + "'");

@@ -64,6 +64,20 @@ def SmeltSelectKernels : Pass<"smelt-select-kernels", "::mlir::ModuleOp"> {
   ];
 }
 
+def SmeltScheduleStreams : Pass<"smelt-schedule-streams", "::mlir::ModuleOp"> {
+  let summary = "Mark the ops a GPU backend may run on its side stream (stream = 1)";
+  let description = [{
+    Sets `stream = 1` on every compute op named in side-ops (default smelt.hc_mix: its outputs are read only by
+    the next hc_collapse / hc_expand). The cuda runtime runs them on a second stream, starting each after the last
+    op it depends on and making the main stream wait where a later op needs its results or its buffers
+    (runtime/cuda/side_stream.h), so any op without states may be marked. Refuses ops that reference states.
+    Part of the default pipeline for GPU targets; the cpu backend ignores the attribute.
+  }];
+  let options = [
+    ListOption<"sideOps", "side-ops", "std::string", "op names to mark (default smelt.hc_mix; none: no op)">,
+  ];
+}
+
 def SmeltPlanMemory : Pass<"smelt-plan-memory", "::mlir::ModuleOp"> {
   let summary = "Place every activation of @forward in one arena (liveness + first-fit)";
   let description = [{

@@ -58,12 +58,16 @@ const std::set<std::string>& pdl_off_kernels() {
   return s;
 }
 
-// Ops the side stream runs (CudaBackend::run_ops), beside the main stream's: hc_mix, whose outputs are read only by
-// the next hc_collapse / hc_expand (V4.1-Flash slice: decode 1.511 -> 1.463 ms a step). No states. Tried and
-// dropped: swiglu_mlp (the shared expert) beside the routing and the routed experts, 1.463 -> 1.554 ms: its
-// persistent GEMVs hold the multiprocessors the routed experts' up then waits for, and it loses its weight prefetch
-// under programmatic dependent launch.
-bool side_kind(const OpRef& op) { return op.spec->kind == OpKind::HcMix && op.states.empty(); }
+// Ops the side stream runs (CudaBackend::run_ops), beside the main stream's: those the compiler marked `stream = 1`
+// (compiler/passes/schedule_streams.cc; by default hc_mix, whose outputs are read only by the next hc_collapse /
+// hc_expand: V4.1-Flash slice decode 1.511 -> 1.463 ms a step). The plan loader refuses the mark on ops with states.
+// Tried and dropped: swiglu_mlp (the shared expert) beside the routing and the routed experts, 1.463 -> 1.554 ms:
+// its persistent GEMVs hold the multiprocessors the routed experts' up then waits for, and it loses its weight
+// prefetch under programmatic dependent launch.
+bool side_kind(const OpRef& op) {
+  auto it = op.attrs.find("stream");
+  return it != op.attrs.end() && it->second.i == 1 && op.states.empty();
+}
 
 int arch_num(const std::string& arch) {  // sm_90 -> 90, or -1
   if (arch.rfind("sm_", 0) != 0) return -1;

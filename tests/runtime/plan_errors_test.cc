@@ -119,6 +119,11 @@ TEST(PlanErrors, Attributes) {
             "bad.smelt: op 1 (smelt.rms_norm, layer -1): has unknown attribute 'colour'");
   EXPECT_EQ(tiny_error([](auto& b) { b.ops[1].attrs.push_back(F("eps", 1.0)); }),
             "bad.smelt: op 1 (smelt.rms_norm, layer -1): has attribute 'eps' twice");
+  // The scheduling attribute any op may carry (runtime/op_specs.h schedule_attrs).
+  EXPECT_EQ(tiny_error([](auto& b) { b.ops[1].attrs.push_back(I("stream", 2)); }),
+            "bad.smelt: op 1 (smelt.rms_norm, layer -1): attribute stream = 2 must be 0 (main) or 1 (side)");
+  EXPECT_EQ(tiny_error([](auto& b) { b.ops[1].attrs.push_back(F("stream", 1.0)); }),
+            "bad.smelt: op 1 (smelt.rms_norm, layer -1): attribute 'stream' must be integer (i)");
   EXPECT_EQ(tiny_error([](auto& b) { b.ops[1].attrs.push_back(I("groups", 4)); }),
             "bad.smelt: op 1 (smelt.rms_norm, layer -1): input row_elems 6 is not a multiple of groups 4");
 }

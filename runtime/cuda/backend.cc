@@ -182,7 +182,8 @@ CudaBackend::CudaBackend(const Plan& plan, const BackendOptions& o) : plan_(plan
       for (std::string& f : cubin_functions(image)) module_of_.emplace(std::move(f), m);
     }
 
-    // Scratch: one region as large as the largest op asks for (ops run one after another on one stream).
+    // Scratch: one region as large as the largest op asks for (the main stream's ops run one after another), and one
+    // for the side stream's ops.
     uint64_t scratch = 0, side_scratch = 0;  // the side stream's ops carve their own region
     std::vector<int> act_quant_weights, weight_only_weights;
     for (const OpRef& op : plan.ops()) {

@@ -410,10 +410,10 @@ OpRef Plan::validate_op(const fb::Op& op, int index, const std::string& program)
   if (op.attrs())
     for (const fb::Attr* a : *op.attrs()) {
       std::string name = str(a->name());
-      auto spec_it = std::find_if(spec.attrs.begin(), spec.attrs.end(), [&](const AttrSpec& s) { return name == s.name; });
-      if (spec_it == spec.attrs.end()) {
-        spec_it = std::find_if(schedule_attrs().begin(), schedule_attrs().end(),
-                               [&](const AttrSpec& s) { return name == s.name; });
+      auto named = [&](const AttrSpec& s) { return name == s.name; };
+      auto spec_it = std::find_if(spec.attrs.begin(), spec.attrs.end(), named);
+      if (spec_it == spec.attrs.end()) {  // not the op's own: a scheduling hint any op may carry, or unknown
+        spec_it = std::find_if(schedule_attrs().begin(), schedule_attrs().end(), named);
         if (spec_it == schedule_attrs().end()) fail(r, "has unknown attribute '" + name + "'");
       }
       if (r.attrs.count(name)) fail(r, "has attribute '" + name + "' twice");
@@ -434,10 +434,13 @@ OpRef Plan::validate_op(const fb::Op& op, int index, const std::string& program)
       v.ints = vec(a->ints());
       r.attrs.emplace(name, v);
     }
-  if (r.attrs.count("stream") && r.attrs.at("stream").i != 0 && r.attrs.at("stream").i != 1)
-    fail(r, "attribute stream = " + std::to_string(r.attrs.at("stream").i) + " must be 0 (main) or 1 (side)");
-  if (r.attrs.count("stream") && r.attrs.at("stream").i == 1 && !r.states.empty())
-    fail(r, "has stream = 1 but references states: the side stream runs only ops without states");
+  if (auto st = r.attrs.find("stream"); st != r.attrs.end()) {
+    if (st->second.i != 0 && st->second.i != 1)
+      fail(r, "attribute stream = " + std::to_string(st->second.i) + " must be 0 (main) or 1 (side)");
+    // Absent optional states are -1: only a referenced one counts (as smelt-schedule-streams sees it).
+    if (st->second.i == 1 && std::any_of(r.states.begin(), r.states.end(), [](int id) { return id >= 0; }))
+      fail(r, "has stream = 1 but references states: the side stream runs only ops without states");
+  }
   for (const AttrSpec& s : spec.attrs) {
     if (r.attrs.count(s.name)) continue;
     if (s.required) fail(r, "is missing required attribute '" + std::string(s.name) + "'");

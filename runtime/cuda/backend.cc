@@ -60,13 +60,14 @@ const std::set<std::string>& pdl_off_kernels() {
 
 // Ops the side stream runs (CudaBackend::run_ops), beside the main stream's: those the compiler marked `stream = 1`
 // (compiler/passes/schedule_streams.cc; by default hc_mix, whose outputs are read only by the next hc_collapse /
-// hc_expand: V4.1-Flash slice decode 1.511 -> 1.463 ms a step). The plan loader refuses the mark on ops with states.
+// hc_expand: V4.1-Flash slice decode 1.511 -> 1.463 ms a step). The plan loader refuses the mark on ops with states
+// (runtime/plan.cc), so a marked op touches only arena buffers, weights and its scratch.
 // Tried and dropped: swiglu_mlp (the shared expert) beside the routing and the routed experts, 1.463 -> 1.554 ms:
 // its persistent GEMVs hold the multiprocessors the routed experts' up then waits for, and it loses its weight
 // prefetch under programmatic dependent launch.
 bool side_kind(const OpRef& op) {
   auto it = op.attrs.find("stream");
-  return it != op.attrs.end() && it->second.i == 1 && op.states.empty();
+  return it != op.attrs.end() && it->second.i == 1;
 }
 
 int arch_num(const std::string& arch) {  // sm_90 -> 90, or -1
@@ -448,8 +449,12 @@ void CudaBackend::write_state(int id, const void* in) {
 
 void CudaBackend::run_ops(int rows, std::vector<CUevent>* marks, std::vector<Span>* spans) {
   static const bool sync_each = env_on("SMELT_CUDA_SYNC");  // debugging: find the op that faults
+  // The side stream (plan_side_stream), not while timing op by op or synchronising after each op: a side op is
+  // launched right after the last main op it depends on and runs beside the ops that follow; the main stream waits
+  // for it before an op that reads what it writes or overwrites what it reads or writes.
+  const bool side_now = side_on_ && !marks && !profile_ && !sync_each;
   side_busy_.clear();  // (a run that threw left its ranges behind)
-  if (side_on_ && !marks && !profile_ && !sync_each) launch_side_after(-1, rows);
+  if (side_now) launch_side_after(-1, rows);
   int layer = -2;
   for (size_t k = 0; k < ops_.size(); ++k) {
     OpLaunch& l = ops_[k];
@@ -462,11 +467,7 @@ void CudaBackend::run_ops(int rows, std::vector<CUevent>* marks, std::vector<Spa
       spans->push_back({layer, int(k), 0, 0, 0.0});
     }
     int64_t before = launches_;
-    // The side stream (not while timing op by op or synchronising after each op; plan_side_stream): a side op was
-    // launched right after the last main op it depends on and runs beside the ops that follow; the main stream waits
-    // for it before an op that reads what it writes or overwrites what it reads or writes.
-    const bool side_now = side_on_ && !marks && !profile_ && !sync_each;
-    if (side_now && side_plan_.side[k]) continue;
+    if (side_now && side_plan_.side[k]) continue;  // launched earlier on the side stream
     if (side_now && !side_busy_.empty() && side_busy_.must_wait(access_[k])) side_join();
     run_op_at(k, rows);
     if (side_now) launch_side_after(int(k), rows);

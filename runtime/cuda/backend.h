@@ -160,9 +160,9 @@ class CudaBackend final : public Launcher {
   double last_ms_ = 0.0;
   bool record_kernels_ = false;
   bool pdl_ = false;  // launch with programmatic stream serialization (sm_90+)
-  // The side stream: ops whose results are needed only later (hc_mix: its pre / post / comb feed the next collapse
-  // and expand) run there, concurrently with the main stream's ops (run_ops). side_busy_: arena byte ranges the side
-  // stream's queued ops read or write; a main-stream op that touches one first waits for the side stream.
+  // The side stream: the ops the compiler marked `stream = 1` (by default hc_mix, whose pre / post / comb feed only
+  // the next collapse and expand) run there, beside the main stream's ops (run_ops). side_busy_: arena byte ranges the
+  // side stream's queued ops read or write; a main-stream op that touches one first waits for the side stream.
   CUstream side_ = nullptr;
   CUevent side_fork_ = nullptr, side_join_ = nullptr;
   CUdeviceptr side_scratch_ = 0;

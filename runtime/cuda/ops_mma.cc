@@ -62,7 +62,8 @@ bool try_experts_mma(Ctx& c, const ExpertsLaunch& a) {
   if (smem_up > mma_smem_max(c.l) || smem_down > mma_smem_max(c.l)) return false;
   const unsigned blocks = gemv_blocks(c.l);
   const int rb = 1;  // the model's numerics (the caller's branch)
-  const int64_t tiles_up = int64_t(a.topk) * ((a.F + 15) / 16), tiles_down = int64_t(a.topk) * ((a.D + 16 * kMmaDownTpw - 1) / (16 * kMmaDownTpw));
+  const int64_t tiles_up = int64_t(a.topk) * ((a.F + 15) / 16);
+  const int64_t tiles_down = int64_t(a.topk) * ((a.D + 16 * kMmaDownTpw - 1) / (16 * kMmaDownTpw));
   const int s_up = ksplit(tiles_up, a.D / 32, blocks), s_down = ksplit(tiles_down, a.F / 32, blocks);
   const std::string up = std::string("smelt_moe_up_") + a.f.fmt + "_mma";
   c.go(up.c_str(), grid(tiles_up, s_up, blocks), 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk, a.idx,

@@ -15,6 +15,10 @@ bool any_overlap(const std::vector<BufferRange>& a, const std::vector<BufferRang
 
 }  // namespace
 
+bool hazard(const OpAccess& a, const OpAccess& b) {
+  return any_overlap(a.writes, b.reads) || any_overlap(a.reads, b.writes) || any_overlap(a.writes, b.writes);
+}
+
 SideSchedule plan_side_stream(const std::vector<OpAccess>& ops) {
   SideSchedule s;
   s.side.assign(ops.size(), 0);
@@ -25,9 +29,7 @@ SideSchedule plan_side_stream(const std::vector<OpAccess>& ops) {
     int at = last;
     for (size_t m = 0; m < k; ++m) {
       if (s.side[m]) continue;  // an earlier side op: the side stream keeps their order
-      const bool conflict = ops[m].fence || any_overlap(ops[m].writes, ops[k].reads) ||
-                            any_overlap(ops[m].reads, ops[k].writes) || any_overlap(ops[m].writes, ops[k].writes);
-      if (conflict) at = std::max(at, int(m));
+      if (ops[m].fence || hazard(ops[m], ops[k])) at = std::max(at, int(m));
     }
     s.side[k] = 1;
     s.after[size_t(at + 1)].push_back(int(k));
@@ -37,13 +39,8 @@ SideSchedule plan_side_stream(const std::vector<OpAccess>& ops) {
 }
 
 void SideBusy::add(const OpAccess& a) {
-  reads.insert(reads.end(), a.reads.begin(), a.reads.end());
-  writes.insert(writes.end(), a.writes.begin(), a.writes.end());
-}
-
-bool SideBusy::must_wait(const OpAccess& main_op) const {
-  return any_overlap(writes, main_op.reads) || any_overlap(reads, main_op.writes) ||
-         any_overlap(writes, main_op.writes);
+  queued.reads.insert(queued.reads.end(), a.reads.begin(), a.reads.end());
+  queued.writes.insert(queued.writes.end(), a.writes.begin(), a.writes.end());
 }
 
 }  // namespace smelt::runtime::cuda

@@ -21,6 +21,10 @@ struct OpAccess {
   bool fence = false;  // a side op is never launched before it (collectives)
 };
 
+// Whether two ops touch a common range with at least one of them writing it (read after write, write after read,
+// write after write): then they must not run at the same time.
+bool hazard(const OpAccess& a, const OpAccess& b);
+
 // side[k]: op k runs on the side stream. after[m + 1]: the side ops launched right after main op m (m = -1: before
 // the first op), in program order. A side op k is launched after the last earlier main op that writes one of its
 // inputs or reads or writes one of its outputs (a buffer k writes may hold a value an earlier op still reads until
@@ -35,11 +39,11 @@ SideSchedule plan_side_stream(const std::vector<OpAccess>& ops);
 // The ranges the side stream's queued ops read and write. A main-stream op must first wait for the side stream when
 // it reads a range a queued side op writes, or writes a range one reads or writes.
 struct SideBusy {
-  std::vector<BufferRange> reads, writes;
-  bool empty() const { return reads.empty() && writes.empty(); }
-  void clear() { reads.clear(), writes.clear(); }
+  OpAccess queued;  // the union of the queued side ops' ranges
+  bool empty() const { return queued.reads.empty() && queued.writes.empty(); }
+  void clear() { queued.reads.clear(), queued.writes.clear(); }
   void add(const OpAccess& a);
-  bool must_wait(const OpAccess& main_op) const;
+  bool must_wait(const OpAccess& main_op) const { return hazard(queued, main_op); }
 };
 
 }  // namespace smelt::runtime::cuda

@@ -67,14 +67,21 @@ def SmeltSelectKernels : Pass<"smelt-select-kernels", "::mlir::ModuleOp"> {
 def SmeltScheduleStreams : Pass<"smelt-schedule-streams", "::mlir::ModuleOp"> {
   let summary = "Mark the ops a GPU backend may run on its side stream (stream = 1)";
   let description = [{
-    Sets `stream = 1` on every compute op named in side-ops (default smelt.hc_mix: its outputs are read only by
-    the next hc_collapse / hc_expand). The cuda runtime runs them on a second stream, starting each after the last
-    op it depends on and making the main stream wait where a later op needs its results or its buffers
-    (runtime/cuda/side_stream.h), so any op without states may be marked. Refuses ops that reference states.
-    Part of the default pipeline for GPU targets; the cpu backend ignores the attribute.
+    Sets `stream = 1` on every compute op named in side-ops (default: smelt.hc_mix, whose outputs are read only
+    by the next hc_collapse / hc_expand, and the attention's kv and indexer projections, which run beside the q
+    path); `OP@NAME` narrows an entry to the ops with a weight under NAME, and with follow (default) an op whose
+    every operand comes from a marked op is marked too (the kv branch's norm and rope after smelt.linear@attn.wkv),
+    unless it references states. The cuda runtime runs them on a second stream, starting each after the last op
+    it depends on and making the main stream wait where a later op needs its results or its buffers
+    (runtime/cuda/side_stream.h), so any op without states may be marked. Refuses selected ops that reference
+    states. Part of the default pipeline for GPU targets; the cpu backend ignores the attribute.
   }];
   let options = [
-    ListOption<"sideOps", "side-ops", "std::string", "op names to mark (default smelt.hc_mix; none: no op)">,
+    ListOption<"sideOps", "side-ops", "std::string",
+               "op names to mark, OP@NAME for the OP ops with a weight under NAME (smelt.linear@attn.wkv); "
+               "default smelt.hc_mix and the kv / indexer projections (schedule_streams.cc); none: no op">,
+    Option<"follow", "follow", "bool", /*default=*/"true",
+           "also mark an op whose every operand comes from a marked op (unless it has states)">,
   ];
 }
 

@@ -4,7 +4,10 @@
 // so the attribute is a permission, never a correctness risk. Ops that reference states stay on the main stream (the
 // runtime tracks arena buffers only). Users can move other ops in an IR dump and compile from it
 // (--compile-from); docs/performance.md has what was measured.
-#include <set>
+#include <string>
+#include <vector>
+
+#include "llvm/ADT/DenseSet.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
@@ -19,26 +22,65 @@ namespace smelt {
 
 namespace {
 
+// The default marks (docs/performance.md "The side stream" has what each choice measured): hc_mix, and the
+// attention's kv branch (wkv -> kv_norm -> rope -> fake_quant) and the indexer's q and weights projections, which
+// run beside the q path (wq_a -> q_norm -> wq_b): V4.1-Flash slice 1.468 -> 1.418 ms a step (H200).
+std::vector<std::string> default_side_ops() {
+  return {"smelt.hc_mix", "smelt.linear@attn.wkv", "smelt.linear@indexer.wq_b", "smelt.linear@indexer.weights_proj"};
+}
+
+// One side-ops entry: an op name, optionally with `@NAME` (only the ops whose weights include one named
+// `...NAME.<leaf>` or `...NAME`, e.g. smelt.linear@attn.wkv: layer l's @layers.l.attn.wkv.weight).
+struct Selector {
+  std::string op, weight;
+  bool matches(mlir::Operation* o) const {
+    if (o->getName().getStringRef() != op) return false;
+    if (weight.empty()) return true;
+    for (const SymbolUse& w : weight_uses(o)) {
+      if (!w.ref) continue;
+      const llvm::StringRef n = w.ref.getValue();
+      const std::string dotted = "." + weight;
+      if (n.ends_with(dotted) || n.contains(dotted + ".")) return true;
+    }
+    return false;
+  }
+};
+
 struct ScheduleStreams : impl::SmeltScheduleStreamsBase<ScheduleStreams> {
   using SmeltScheduleStreamsBase::SmeltScheduleStreamsBase;
 
   void runOnOperation() override {
     mlir::ModuleOp module = getOperation();
-    std::set<std::string> names(sideOps.begin(), sideOps.end());
-    if (names.empty()) names = {"smelt.hc_mix"};
-    names.erase("none");  // side-ops=none: mark nothing
+    std::vector<std::string> entries(sideOps.begin(), sideOps.end());
+    if (entries.empty()) entries = default_side_ops();
+    std::vector<Selector> selectors;
+    for (const std::string& e : entries) {
+      if (e == "none") continue;  // side-ops=none: mark nothing
+      const size_t at = e.find('@');
+      selectors.push_back(at == std::string::npos ? Selector{e, ""} : Selector{e.substr(0, at), e.substr(at + 1)});
+    }
     mlir::Builder b(&getContext());
     bool ok = true;
+    llvm::DenseSet<mlir::Operation*> marked;
     module.walk([&](mlir::Operation* op) {
-      if (!is_compute_op(op) || !names.count(op->getName().getStringRef().str())) return;
+      if (!is_compute_op(op)) return;
+      bool selected = false;
+      for (const Selector& s : selectors) selected = selected || s.matches(op);
+      // Followers: an op whose every operand comes from a side op joins them (the kv branch's norm and rope after
+      // its GEMV), unless it has states; it would otherwise only wait for the side stream on the main one.
+      bool follows = follow && !selected && op->getNumOperands() > 0;
+      for (mlir::Value v : op->getOperands()) follows = follows && marked.contains(v.getDefiningOp());
+      if (!selected && !follows) return;
       for (const SymbolUse& s : state_uses(op))
         if (s.ref) {
+          if (!selected) return;
           op->emitError() << "smelt-schedule-streams: " << op->getName() << " references state " << s.ref
                           << "; the side stream runs only ops without states";
           ok = false;
           return;
         }
       op->setAttr("stream", b.getI64IntegerAttr(1));
+      marked.insert(op);
     });
     if (!ok) return signalPassFailure();
     record_pass(module, *this);

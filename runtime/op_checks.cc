@@ -361,12 +361,17 @@ void check_v41(const Checker& c) {
       c.fattr("eps", 0.0);
       if (hd % 32) c.fail("attribute head_dim = " + std::to_string(hd) + " is not a multiple of 32");
       c.input(0, n * d, "hc_mult x dim");
-      c.input(1, cols * hd, "cols x head_dim");
       c.output(0, n * d, "hc_mult x dim");
-      c.weight(0, {(n + 1) * d, cols * hd});
-      if (fp8_weight_block({(n + 1) * d, cols * hd}, c.wshape(1)) != 32)
-        c.fail("weight 1 (" + c.plan.weight_name(op.weights[1]) + ") has shape " + shape_str(c.wshape(1)) +
-               ", expected the 32x32 block scales of the Engram wkv");
+      if (op.weights[0] < 0) {  // e is already projected (smelt-split-engram: a smelt.linear computed it)
+        if (op.weights[1] >= 0) c.fail("has wkv_scale without wkv");
+        c.input(1, (n + 1) * d, "the projected keys and value, (hc_mult + 1) x dim");
+      } else {
+        c.input(1, cols * hd, "cols x head_dim");
+        c.weight(0, {(n + 1) * d, cols * hd});
+        if (op.weights[1] < 0 || fp8_weight_block({(n + 1) * d, cols * hd}, c.wshape(1)) != 32)
+          c.fail("weight 1 (" + (op.weights[1] < 0 ? std::string("absent") : c.plan.weight_name(op.weights[1])) +
+                 ") is not the 32x32 block scales of the Engram wkv");
+      }
       c.weight(2, {n, d});
       c.weight(3, {n, d});
       break;

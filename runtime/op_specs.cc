@@ -96,7 +96,7 @@ std::vector<OpSpec> build() {
                {{"layer_index", I, true}, {"head_dim", I, true}, {"cols", I, true}, {"row_begin", I, true},
                 {"rows_total", I, true}}});
   s.push_back({OpKind::EngramGate, "smelt.engram_gate", {{"X"}, {"e"}}, {{"X'"}},
-               {{"wkv", '8'}, {"wkv_scale", 's'}, {"q_weight"}, {"k_weight"}}, {},
+               {{"wkv", '8', true}, {"wkv_scale", 's', true}, {"q_weight"}, {"k_weight"}}, {},
                {{"hc_mult", I, true}, {"dim", I, true}, {"head_dim", I, true}, {"cols", I, true}, {"eps", F, true}},
                false, true});
   // indexer_topk / indexer_v41 split for tensor parallelism: a rank's partial scores (its heads), all_reduce, then

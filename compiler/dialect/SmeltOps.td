@@ -300,10 +300,13 @@ def Smelt_EngramLookupOp : Smelt_ComputeOp<"engram_lookup"> {
   let results = (outs Smelt_Rows:$e);
 }
 
+// Without wkv (smelt-split-engram), e is already the projected keys and value [(hc_mult + 1) * dim]: a
+// smelt.linear computes them, so that the lookup and the projection can run ahead of the stream they gate.
 def Smelt_EngramGateOp : Smelt_ComputeOp<"engram_gate"> {
-  let summary = "Engram after the lookup: wkv projection and the gated add to every hc copy";
-  let arguments = !con((ins Smelt_Rows:$streams, Smelt_Rows:$e, FlatSymbolRefAttr:$wkv,
-                            FlatSymbolRefAttr:$wkv_scale, FlatSymbolRefAttr:$q_weight, FlatSymbolRefAttr:$k_weight,
+  let summary = "Engram after the lookup: wkv projection (unless already done) and the gated add to every hc copy";
+  let arguments = !con((ins Smelt_Rows:$streams, Smelt_Rows:$e, OptionalAttr<FlatSymbolRefAttr>:$wkv,
+                            OptionalAttr<FlatSymbolRefAttr>:$wkv_scale, FlatSymbolRefAttr:$q_weight,
+                            FlatSymbolRefAttr:$k_weight,
                             Smelt_I64:$hc_mult, Smelt_I64:$dim, Smelt_I64:$head_dim, Smelt_I64:$cols, F64Attr:$eps),
                        CommonAttrs);
   let results = (outs Smelt_Rows:$result);

@@ -186,14 +186,18 @@ LogicalResult EngramGateOp::verify() {
     return failure();
   if (hd % 32) return emitOpError() << "head_dim must be a multiple of 32 (one scale per 32 channels), got " << hd;
   if (!(getEps().convertToDouble() > 0)) return emitOpError() << "eps must be positive";
-  if (failed(expect_cols(*this, getE(), c * hd, "e (cols * head_dim)")) ||
+  if (!getWkvAttr() && getWkvScaleAttr()) return emitOpError() << "wkv_scale without wkv";
+  if (failed(getWkvAttr() ? expect_cols(*this, getE(), c * hd, "e (cols * head_dim)")
+                          : expect_cols(*this, getE(), (n + 1) * d, "e (the projected keys and value, (hc_mult + 1) * dim)")) ||
       failed(expect_cols(*this, getStreams(), n * d, "streams (hc_mult * dim)")))
     return failure();
   return expect_cols(*this, getResult(), n * d, "result");
 }
 
 LogicalResult EngramGateOp::verifySymbolUses(ST& st) {
-  return verify_engram_gate_weights(*this, st, getHcMult(), getDim(), getHeadDim(), getCols());
+  if (getWkvAttr()) return verify_engram_gate_weights(*this, st, getHcMult(), getDim(), getHeadDim(), getCols());
+  if (failed(expect_weight(*this, st, "q_weight", getQWeightAttr(), {getHcMult(), getDim()}))) return failure();
+  return expect_weight(*this, st, "k_weight", getKWeightAttr(), {getHcMult(), getDim()});
 }
 
 // The TP halves of smelt.indexer_topk / smelt.indexer_v41 (smelt-partition): a rank's partial scores, the

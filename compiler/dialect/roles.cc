@@ -14,7 +14,6 @@ bool is_compute_op(Operation* op) {
 }
 
 namespace {
-bool has_str(std::optional<llvm::StringRef> s) { return s && !s->empty(); }
 }  // namespace
 
 llvm::SmallVector<SymbolUse> weight_uses(Operation* op) {

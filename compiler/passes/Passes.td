@@ -64,6 +64,17 @@ def SmeltSelectKernels : Pass<"smelt-select-kernels", "::mlir::ModuleOp"> {
   ];
 }
 
+def SmeltSplitEngram : Pass<"smelt-split-engram", "::mlir::ModuleOp"> {
+  let summary = "Split smelt.engram into lookup, wkv linear and gate (the first two depend only on the ids)";
+  let description = [{
+    smelt.engram -> smelt.engram_lookup -> smelt.linear (wkv) -> smelt.engram_gate without wkv; a TP rank's
+    smelt.engram_gate with wkv gets the linear the same way. Same results; the lookup and the projection no longer
+    wait for the stream they gate, so smelt-schedule-streams can put them on the side stream
+    (side-ops=...,smelt.engram_lookup). Not in the default pipeline: on the H200 slice the side projection slowed
+    the step (docs/performance.md).
+  }];
+}
+
 def SmeltScheduleStreams : Pass<"smelt-schedule-streams", "::mlir::ModuleOp"> {
   let summary = "Mark the ops a GPU backend may run on its side stream (stream = 1)";
   let description = [{
@@ -71,7 +82,8 @@ def SmeltScheduleStreams : Pass<"smelt-schedule-streams", "::mlir::ModuleOp"> {
     by the next hc_collapse / hc_expand, and the attention's kv and indexer projections, which run beside the q
     path); `OP@NAME` narrows an entry to the ops with a weight under NAME, and with follow (default) an op whose
     every operand comes from a marked op is marked too (the kv branch's norm and rope after smelt.linear@attn.wkv),
-    unless it references states. The cuda runtime runs them on a second stream, starting each after the last op
+    unless it references states. With hoist (default) each marked op moves up to just after its operands'
+    producers and the previous marked op, so that the arena gives its buffers to it alone. The cuda runtime runs them on a second stream, starting each after the last op
     it depends on and making the main stream wait where a later op needs its results or its buffers
     (runtime/cuda/side_stream.h), so any op without states may be marked. Refuses selected ops that reference
     states. Part of the default pipeline for GPU targets; the cpu backend ignores the attribute.
@@ -82,6 +94,8 @@ def SmeltScheduleStreams : Pass<"smelt-schedule-streams", "::mlir::ModuleOp"> {
                "default smelt.hc_mix and the kv / indexer projections (schedule_streams.cc); none: no op">,
     Option<"follow", "follow", "bool", /*default=*/"true",
            "also mark an op whose every operand comes from a marked op (unless it has states)">,
+    Option<"hoist", "hoist", "bool", /*default=*/"true",
+           "move each marked op up to just after its operands' producers and the previous marked op">,
   ];
 }
 

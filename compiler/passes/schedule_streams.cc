@@ -46,6 +46,31 @@ struct Selector {
   }
 };
 
+// Moves every marked op up to just after the latest of its operands' producers and the previous marked op (the
+// side stream runs its ops in program order, so one never passes another). The arena is planned in program order:
+// a side op placed late shares buffers with the ops before it, and the runtime must then hold it back until they
+// are done (runtime/cuda/side_stream.h); placed early, its buffers are its own from there on.
+void hoist_marked(mlir::ModuleOp module, const llvm::DenseSet<mlir::Operation*>& marked) {
+  module.walk([&](mlir::func::FuncOp fn) {
+    for (mlir::Block& block : fn.getBody()) {
+      mlir::Operation* prev_marked = nullptr;
+      llvm::SmallVector<mlir::Operation*> ops;
+      for (mlir::Operation& op : block) ops.push_back(&op);
+      for (mlir::Operation* op : ops) {
+        if (!marked.contains(op)) continue;
+        mlir::Operation* after = prev_marked;  // the latest of the producers in this block and the previous mark
+        for (mlir::Value v : op->getOperands()) {
+          mlir::Operation* d = v.getDefiningOp();
+          if (d && d->getBlock() == &block && (!after || after->isBeforeInBlock(d))) after = d;
+        }
+        if (!after) op->moveBefore(&block, block.begin());
+        else if (after->getNextNode() != op && after->isBeforeInBlock(op)) op->moveAfter(after);
+        prev_marked = op;
+      }
+    }
+  });
+}
+
 struct ScheduleStreams : impl::SmeltScheduleStreamsBase<ScheduleStreams> {
   using SmeltScheduleStreamsBase::SmeltScheduleStreamsBase;
 
@@ -83,6 +108,7 @@ struct ScheduleStreams : impl::SmeltScheduleStreamsBase<ScheduleStreams> {
       marked.insert(op);
     });
     if (!ok) return signalPassFailure();
+    if (hoist) hoist_marked(module, marked);
     record_pass(module, *this);
   }
 };

@@ -7,6 +7,7 @@
 
 #include "frontends/error.h"
 #include "kernels/bf16.h"
+#include "kernels/linear/reference.h"
 #include "kernels/quant/reference.h"
 
 namespace smelt::kernels::engram {
@@ -59,19 +60,13 @@ void engram_gate(const EngramArgs& a, const float* e, const float* X, float* out
     throw smelt::Error("engram_forward: head_dim " + std::to_string(hd) + " is not a multiple of 32");
   const int K = cols * hd, N = (n + 1) * D;
   std::vector<float> kv(size_t(a.rows) * N);
-  if (a.model_numerics)
+  if (!a.wkv)  // e is already the projected keys and value (smelt-split-engram)
+    std::copy(e, e + size_t(a.rows) * N, kv.begin());
+  else if (a.model_numerics)
     quant::fp8_linear(e, a.rows, K, a.wkv, a.wkv_scale, N, 32, kv.data(), /*bf16_out=*/true, 32);
-  else
-  {  // fp32: the dequantized weight times the fp32 rows, summed in K order
-    std::vector<float> w(size_t(N) * K);
-    quant::dequant_fp8_weight(a.wkv, a.wkv_scale, N, K, 32, w.data());
-    for (int r = 0; r < a.rows; ++r)
-      for (int o = 0; o < N; ++o) {
-        float s = 0.0f;
-        for (int k = 0; k < K; ++k) s += e[size_t(r) * K + k] * w[size_t(o) * K + k];
-        kv[size_t(r) * N + o] = s;
-      }
-  }
+  else  // fp32: the dequantized weight times the fp32 rows, as smelt.linear computes it (smelt-split-engram's form)
+    linear_quant(e, a.rows, K, N, a.wkv, WeightFormat::FP8_E4M3, a.wkv_scale, 32, /*act_quant_fp8_b32=*/false,
+                 kv.data(), /*bf16_out=*/false);
 
   const float inv_sqrt_dim = float(std::pow(double(D), -0.5));
   std::vector<float> tmp(D);

@@ -42,6 +42,7 @@ void engram_forward(const EngramArgs& a, const float* X, float* out);
 // (-0.0, the exact additive identity, for a hashed row outside [row_begin, row_begin + table_rows); a hash id outside [0, rows_total)
 // throws), the gate takes the joined e and does the rest (wkv .. out). engram_forward = lookup then gate.
 void engram_lookup(const EngramArgs& a, float* e);
+// a.wkv null: e is already the projected keys and value [rows, (n + 1) * D] (smelt-split-engram).
 void engram_gate(const EngramArgs& a, const float* e, const float* X, float* out);
 
 }  // namespace smelt::kernels::engram

@@ -166,6 +166,14 @@ CudaBackend::CudaBackend(const Plan& plan, const BackendOptions& o) : plan_(plan
     // SMELT_CUDA_SIDE_STREAM=0: every op on the one stream (A/B timing, bisecting).
     side_on_ = d_.cuStreamWaitEvent && !env_off("SMELT_CUDA_SIDE_STREAM");
     if (side_on_) {
+      // SMELT_CUDA_SIDE_SMS=N: side ops size their persistent grids for N multiprocessors (tuning: a long side
+      // GEMV then leaves the others to the main stream's kernels).
+      if (const char* v = std::getenv("SMELT_CUDA_SIDE_SMS")) {
+        char* end = nullptr;
+        const long n = std::strtol(v, &end, 10);
+        if (!*v || *end || n < 1) throw Error("SMELT_CUDA_SIDE_SMS=" + std::string(v) + ": expected a positive integer");
+        side_sms_ = int(std::min<long>(n, dev_.sms));
+      }
       check(d_.cuStreamCreate(&side_, kStreamNonBlocking), "creating a stream");
       check(d_.cuEventCreate(&side_fork_, kEventDisableTiming), "creating events");
       check(d_.cuEventCreate(&side_join_, kEventDisableTiming), "creating events");
@@ -511,14 +519,14 @@ void CudaBackend::launch_side_after(int m, int rows) {
     OpLaunch& l = ops_[size_t(k)];
     check(d_.cuEventRecord(side_fork_, stream_), "recording events");
     check(d_.cuStreamWaitEvent(side_, side_fork_, 0), "forking the side stream");
-    l.stream = side_, l.scratch = side_scratch_;
+    l.stream = side_, l.scratch = side_scratch_, l.sms = side_sms_ > 0 ? side_sms_ : dev_.sms;
     try {
       run_op_at(size_t(k), rows);
     } catch (...) {
-      l.stream = stream_, l.scratch = scratch_;
+      l.stream = stream_, l.scratch = scratch_, l.sms = dev_.sms;
       throw;
     }
-    l.stream = stream_, l.scratch = scratch_;  // run_one runs it on the main stream
+    l.stream = stream_, l.scratch = scratch_, l.sms = dev_.sms;  // run_one runs it on the main stream
     check(d_.cuEventRecord(side_join_, side_), "recording events");
     side_busy_.add(access_[size_t(k)]);
   }

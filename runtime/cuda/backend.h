@@ -167,6 +167,7 @@ class CudaBackend final : public Launcher {
   CUevent side_fork_ = nullptr, side_join_ = nullptr;
   CUdeviceptr side_scratch_ = 0;
   bool side_on_ = false;
+  int side_sms_ = 0;  // SMELT_CUDA_SIDE_SMS (0: all)
   SideBusy side_busy_;
   std::vector<OpAccess> access_;  // per op: the arena ranges it reads and writes (side_stream.h)
   SideSchedule side_plan_;

@@ -122,6 +122,7 @@ StepBytes step_bytes(CudaBackend& b, int64_t pos, const std::map<int, std::vecto
         uint64_t n = w.weight_bytes(id);
         if (op.spec->kind == OpKind::Embedding) n = row_bytes(id);
         else if (op.spec->kind == OpKind::Engram && j < 2) n = row_bytes(id) * uint64_t(plan.row_elems(op.inputs[1]));
+        else if (op.spec->kind == OpKind::EngramLookup) n = row_bytes(id) * uint64_t(plan.row_elems(op.inputs[0]));
         mine += n;
         if (counted.insert(id).second) s.dense += n;
       }

@@ -178,9 +178,12 @@ bool run_v41(Ctx& c) {
       const int n = int(op.i("hc_mult")), D = int(op.i("dim")), hd = int(op.i("head_dim")), cols = int(op.i("cols"));
       const DeviceWeight *wkv = weight(l, 0), *wscale = weight(l, 1), *qw = weight(l, 2), *kw = weight(l, 3);
       const int K = cols * hd, N = (n + 1) * D;
-      const DevPtr kv = c.scratch(uint64_t(rows) * N * 4);
       const int rb = model_rounding(op);
-      linear(c, l.in[1], kv, wkv, wscale, rows, K, N, rb != 0, 1.f, rb, "wkv");
+      DevPtr kv = l.in[1];  // without wkv: already projected (smelt-split-engram)
+      if (wkv) {
+        kv = c.scratch(uint64_t(rows) * N * 4);
+        linear(c, l.in[1], kv, wkv, wscale, rows, K, N, rb != 0, 1.f, rb, "wkv");
+      }
       c.go("smelt_engram_gate", unsigned(n), R, 1, 256, 0, l.in[0], kv, ptr(qw), float_dt(c, qw, "q_weight"), ptr(kw),
            float_dt(c, kw, "k_weight"), D, float(op.f("eps")), float(std::pow(double(D), -0.5)), rb, l.out[0]);
       return true;

@@ -1,0 +1,94 @@
+// smelt-split-engram: smelt.engram -> smelt.engram_lookup (the table rows of its hashes) -> smelt.linear (the wkv
+// projection) -> smelt.engram_gate without wkv; a TP rank's smelt.engram_gate with wkv loses it the same way. The
+// lookup and the projection depend only on the token ids, not on the stream they gate, so a GPU backend can run
+// them on its side stream (smelt-schedule-streams side-ops=...,smelt.engram_lookup) instead of between two layers.
+// The linear computes what the fused op computed inside (model numerics: FP8 activation quant, bf16 output; fp32:
+// dequantized weight in fp32), so the plan's results do not change. Opt-in (--pipeline): on the H200 slice the
+// side projection made the step slower (docs/performance.md).
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+#include "compiler/dialect/dialect.h"
+#include "compiler/passes/passes.h"
+
+namespace smelt {
+
+#define GEN_PASS_DEF_SMELTSPLITENGRAM
+#include "compiler/passes/Passes.h.inc"
+
+namespace {
+
+// The wkv projection of e as a smelt.linear before `at`: [rows, (hc_mult + 1) * dim].
+mlir::Value project(mlir::OpBuilder& b, mlir::Operation* at, mlir::Value e, mlir::Attribute wkv, mlir::Attribute scale,
+                    int64_t n, int64_t d) {
+  mlir::OperationState st(at->getLoc(), "smelt.linear");
+  st.addOperands(e);
+  st.addTypes(mlir::RankedTensorType::get({mlir::ShapedType::kDynamic, (n + 1) * d}, b.getF32Type()));
+  st.addAttribute("weight", wkv);
+  st.addAttribute("scale", scale);
+  auto numerics = at->getAttrOfType<mlir::StringAttr>("numerics");
+  if (!numerics || numerics.getValue() != "fp32") {  // the model's numerics: what the fused op's linear does
+    st.addAttribute("act_quant", b.getStringAttr("fp8_e4m3_b32"));
+    st.addAttribute("round", b.getStringAttr("bf16"));
+  }
+  if (auto layer = at->getAttr("layer")) st.addAttribute("layer", layer);
+  return b.create(st)->getResult(0);
+}
+
+// smelt.engram_gate on the projected rows kv, with `at`'s gate attributes and weights.
+void gate(mlir::OpBuilder& b, mlir::Operation* at, mlir::Value streams, mlir::Value kv) {
+  mlir::OperationState st(at->getLoc(), "smelt.engram_gate");
+  st.addOperands({streams, kv});
+  st.addTypes(at->getResult(0).getType());
+  for (const char* n : {"q_weight", "k_weight", "hc_mult", "dim", "head_dim", "cols", "eps", "layer", "numerics"})
+    if (auto a = at->getAttr(n)) st.addAttribute(n, a);
+  mlir::Operation* g = b.create(st);
+  at->getResult(0).replaceAllUsesWith(g->getResult(0));
+  at->erase();
+}
+
+struct SplitEngram : impl::SmeltSplitEngramBase<SplitEngram> {
+  using SmeltSplitEngramBase::SmeltSplitEngramBase;
+
+  void runOnOperation() override {
+    mlir::ModuleOp module = getOperation();
+    llvm::SmallVector<EngramOp> whole;
+    llvm::SmallVector<EngramGateOp> gates;
+    module.walk([&](EngramOp op) { whole.push_back(op); });
+    module.walk([&](EngramGateOp op) {
+      if (op.getWkvAttr()) gates.push_back(op);
+    });
+    for (EngramOp op : whole) {
+      WeightOp table = mlir::SymbolTable::lookupNearestSymbolFrom<WeightOp>(op, op.getTableAttr());
+      if (!table) {
+        op.emitError() << "smelt-split-engram: table " << op.getTableAttr() << " is not a smelt.weight";
+        return signalPassFailure();
+      }
+      mlir::OpBuilder b(op);
+      const int64_t hd = op.getHeadDim(), cols = op.getCols();
+      mlir::OperationState ls(op.getLoc(), "smelt.engram_lookup");
+      ls.addOperands(op.getHashes());
+      ls.addTypes(mlir::RankedTensorType::get({mlir::ShapedType::kDynamic, cols * hd}, b.getF32Type()));
+      ls.addAttribute("table", op.getTableAttr());
+      ls.addAttribute("table_scale", op.getTableScaleAttr());
+      ls.addAttribute("layer_index", b.getI64IntegerAttr(op.getLayerIndex()));
+      ls.addAttribute("head_dim", b.getI64IntegerAttr(hd));
+      ls.addAttribute("cols", b.getI64IntegerAttr(cols));
+      ls.addAttribute("row_begin", b.getI64IntegerAttr(0));
+      ls.addAttribute("rows_total", b.getI64IntegerAttr(table.getTensorType().getDimSize(0)));
+      for (const char* n : {"layer", "numerics"})
+        if (auto a = op->getAttr(n)) ls.addAttribute(n, a);
+      mlir::Value e = b.create(ls)->getResult(0);
+      mlir::Value kv = project(b, op, e, op.getWkvAttr(), op.getWkvScaleAttr(), op.getHcMult(), op.getDim());
+      gate(b, op, op.getStreams(), kv);
+    }
+    for (EngramGateOp op : gates) {
+      mlir::OpBuilder b(op);
+      mlir::Value kv = project(b, op, op.getE(), op.getWkvAttr(), op.getWkvScaleAttr(), op.getHcMult(), op.getDim());
+      gate(b, op, op.getStreams(), kv);
+    }
+    record_pass(module, *this);
+  }
+};
+
+}  // namespace
+}  // namespace smelt

@@ -96,6 +96,24 @@ TEST(V41Errors, QuantizedLinears) {
                "weight 0 (w.weight) has shape [16, 16], expected [16, 32]");
 }
 
+// smelt.engram_gate without wkv (smelt-split-engram): e is the projected keys and value, (hc_mult + 1) x dim.
+TEST(V41Errors, EngramGateWithoutWkv) {
+  auto gate = [](int e_width, bool scale) {
+    return [=](V41Scaffold& m) {
+      int e = m.b.buffer("kv", e_width);
+      int qw = m.w("q.weight", {1, 64}), kw = m.w("k.weight", {1, 64});
+      int s = scale ? m.b.raw_weight("wkv.scale", {4, 1}, DType::F8_E8M0, testing::e8m0_codes(4, m.u)) : -1;
+      m.b.op({"smelt.linear", 0, {m.x}, {e}, {m.w("p.weight", {e_width, 64})}, {}, {}});
+      m.b.op({"smelt.engram_gate", 0, {m.x, e}, {m.b.logits}, {-1, s, qw, kw}, {},
+              {I("hc_mult", 1), I("dim", 64), I("head_dim", 32), I("cols", 1), F("eps", 1e-6)}});
+    };
+  };
+  EXPECT_EQ(load_error(64, gate(128, false)), "");
+  EXPECT_ERROR(load_error(64, gate(96, false)),
+               "op 2 (smelt.engram_gate, layer 0): input 1 has row_elems 96, expected 128 (the projected keys and value, (hc_mult + 1) x dim)");
+  EXPECT_ERROR(load_error(64, gate(128, true)), "(smelt.engram_gate, layer 0): has wkv_scale without wkv");
+}
+
 TEST(V41Errors, Attributes) {
   EXPECT_ERROR(load_error(64, [](V41Scaffold& m) {
                  m.b.op({"smelt.rms_norm", 0, {m.x}, {m.b.logits}, {-1}, {}, {F("eps", 1e-6), S("round", "fp16")}});

@@ -154,7 +154,8 @@ int compile(const std::string& dir, const std::string& arch) {
   return 0;
 }
 
-int run(const std::string& dir, int iters, const std::string& only, const std::string& variants, bool pdl) {
+int run(const std::string& dir, int iters, const std::string& only, const std::string& variants, bool pdl,
+        bool launcher_only) {
   if (!gpu().available()) {
     std::fprintf(stderr, "no CUDA device\n");
     return 1;
@@ -282,6 +283,7 @@ int run(const std::string& dir, int iters, const std::string& only, const std::s
         for (int bps = 1; bps <= std::min(occ, 4); ++bps)
           for (int S : {1, 2, 4, 8}) {
             if (nb / S < 4) continue;
+            if (launcher_only && !(bps == 2 && S == S_launcher)) continue;  // --launcher (profiling: ncu -s N -c 1)
             const int64_t groups = (l.tiles + 8 / S - 1) / (8 / S);
             const unsigned grid = unsigned(std::min<int64_t>(groups, int64_t(bps) * sms));
             auto go = [&](int i) {
@@ -379,7 +381,7 @@ int run(const std::string& dir, int iters, const std::string& only, const std::s
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s compile DIR [--arch sm_90] | run DIR [--iters N] [--only SHAPE] [--variants A,B] [--pdl]\n",
+    std::fprintf(stderr, "usage: %s compile DIR [--arch sm_90] | run DIR [--iters N] [--only SHAPE] [--variants A,B] [--pdl] [--launcher]\n",
                  argv[0]);
     return 2;
   }
@@ -387,12 +389,12 @@ int main(int argc, char** argv) {
   std::string arch = "sm_90";
   int iters = 40;
   std::string only, variants;
-  bool pdl = false;
+  bool pdl = false, launcher_only = false;
   for (int i = 3; i < argc; ++i) {
     const std::string a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : "";
-    if (a == "--pdl") {
-      pdl = true;
+    if (a == "--pdl" || a == "--launcher") {  // --launcher: only the runtime's own launch shape of each shape
+      (a == "--pdl" ? pdl : launcher_only) = true;
       continue;
     }
     if (a == "--arch") arch = v;
@@ -407,7 +409,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (mode == "compile") return compile(dir, arch);
-    if (mode == "run") return run(dir, iters, only, variants, pdl);
+    if (mode == "run") return run(dir, iters, only, variants, pdl, launcher_only);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 1;

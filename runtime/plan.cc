@@ -434,13 +434,9 @@ OpRef Plan::validate_op(const fb::Op& op, int index, const std::string& program)
       v.ints = vec(a->ints());
       r.attrs.emplace(name, v);
     }
-  if (auto st = r.attrs.find("stream"); st != r.attrs.end()) {
+  if (auto st = r.attrs.find("stream"); st != r.attrs.end())
     if (st->second.i != 0 && st->second.i != 1)
       fail(r, "attribute stream = " + std::to_string(st->second.i) + " must be 0 (main) or 1 (side)");
-    // Absent optional states are -1: only a referenced one counts (as smelt-schedule-streams sees it).
-    if (st->second.i == 1 && std::any_of(r.states.begin(), r.states.end(), [](int id) { return id >= 0; }))
-      fail(r, "has stream = 1 but references states: the side stream runs only ops without states");
-  }
   for (const AttrSpec& s : spec.attrs) {
     if (r.attrs.count(s.name)) continue;
     if (s.required) fail(r, "is missing required attribute '" + std::string(s.name) + "'");

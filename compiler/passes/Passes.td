@@ -82,11 +82,12 @@ def SmeltScheduleStreams : Pass<"smelt-schedule-streams", "::mlir::ModuleOp"> {
     by the next hc_collapse / hc_expand, and the attention's kv and indexer projections, which run beside the q
     path); `OP@NAME` narrows an entry to the ops with a weight under NAME, and with follow (default) an op whose
     every operand comes from a marked op is marked too (the kv branch's norm and rope after smelt.linear@attn.wkv),
-    unless it references states. With hoist (default) each marked op moves up to just after its operands'
-    producers and the previous marked op, so that the arena gives its buffers to it alone. The cuda runtime runs them on a second stream, starting each after the last op
-    it depends on and making the main stream wait where a later op needs its results or its buffers
-    (runtime/cuda/side_stream.h), so any op without states may be marked. Refuses selected ops that reference
-    states. Part of the default pipeline for GPU targets; the cpu backend ignores the attribute.
+    unless it references states (an op with states is marked only when selected). With hoist (default) each
+    marked op moves up to just after its operands' producers, the previous marked op and the previous op that
+    shares one of its states, so that the arena gives its buffers to it alone. The cuda runtime runs them on a
+    second stream, starting each after the last op it depends on and making the main stream wait where a later op
+    needs its results, its buffers or its states (runtime/cuda/side_stream.h), so any op may be marked. Part of the
+    default pipeline for GPU targets; the cpu backend ignores the attribute.
   }];
   let options = [
     ListOption<"sideOps", "side-ops", "std::string",

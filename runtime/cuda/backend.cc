@@ -60,8 +60,9 @@ const std::set<std::string>& pdl_off_kernels() {
 
 // Ops the side stream runs (CudaBackend::run_ops), beside the main stream's: those the compiler marked `stream = 1`
 // (compiler/passes/schedule_streams.cc; by default hc_mix, whose outputs are read only by the next hc_collapse /
-// hc_expand: V4.1-Flash slice decode 1.511 -> 1.463 ms a step). The plan loader refuses the mark on ops with states
-// (runtime/plan.cc), so a marked op touches only arena buffers, weights and its scratch.
+// hc_expand: V4.1-Flash slice decode 1.511 -> 1.463 ms a step, and the attention's kv and indexer projections:
+// 1.468 -> 1.420). A marked op touches arena buffers, states (counted whole, as written: plan_side_stream), weights
+// and its own scratch.
 // Tried and dropped: swiglu_mlp (the shared expert) beside the routing and the routed experts, 1.463 -> 1.554 ms:
 // its persistent GEMVs hold the multiprocessors the routed experts' up then waits for, and it loses its weight
 // prefetch under programmatic dependent launch.
@@ -507,6 +508,11 @@ void CudaBackend::plan_side_stream() {
       if (l.in[j]) a.reads.push_back(range(l.in[j], l.in_w[j]));
     for (size_t j = 0; j < std::size(l.out); ++j)
       if (l.out[j]) a.writes.push_back(range(l.out[j], l.out_w[j]));
+    // States, whole, as written (whether an op only reads one is not in its spec): ops that share a state never
+    // overlap, in program order.
+    for (size_t j = 0; j < l.op->states.size() && j < std::size(l.state); ++j)
+      if (l.op->states[j] >= 0 && l.state[j])
+        a.writes.push_back({l.state[j], l.state[j] + state_bytes(l.op->states[j])});
     a.side = side_on_ && side_kind(*l.op);
     a.fence = is_collective(l.op->spec->kind);
   }

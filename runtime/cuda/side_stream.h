@@ -1,6 +1,7 @@
 // The side stream's schedule (runtime/cuda/backend.cc run_ops): some ops run on a second stream beside the main
 // stream's ops. The arena is planned for one stream in program order (compiler/passes/plan_memory.cc), so which op
-// may run beside which is decided here from the arena byte ranges each op reads and writes. Plain data, no CUDA:
+// may run beside which is decided here from the arena byte ranges each op reads and writes, and the states it
+// references (whole, as writes). Plain data, no CUDA:
 // tests/cuda_backend checks it without a GPU.
 #pragma once
 #include <cstdint>
@@ -8,7 +9,7 @@
 
 namespace smelt::runtime::cuda {
 
-// [lo, hi) bytes of the arena (empty when lo == hi).
+// [lo, hi) device bytes: of the arena, or a state (empty when lo == hi).
 struct BufferRange {
   uint64_t lo = 0, hi = 0;
   bool overlaps(const BufferRange& o) const { return o.lo < hi && lo < o.hi; }
@@ -17,7 +18,7 @@ struct BufferRange {
 // What one op of the plan touches, and how it may be scheduled.
 struct OpAccess {
   std::vector<BufferRange> reads, writes;
-  bool side = false;   // eligible for the side stream (no states: only arena buffers and weights)
+  bool side = false;   // marked for the side stream (stream = 1)
   bool fence = false;  // a side op is never launched before it (collectives)
 };
 

@@ -109,6 +109,15 @@ for d in "$SHARED"/goldens/v41/*/; do
   done
   compile "v41_${base}" "$d" h200
   echo "v41_${base}|plans/v41_${base}.smelt|models/$base|$prompt|$decode|5e-2" >> "$M"
+  # Every side-stream path the defaults do not take (docs/performance.md, "The side stream"): the Engram lookup and
+  # projection split off (smelt-split-engram) and run on the side stream, and ops with states there.
+  if [ "$base" = tiny_full ]; then
+    side="smelt-split-engram,smelt-select-kernels{target=h200},smelt-schedule-streams{side-ops=smelt.hc_mix,smelt.linear@attn.wkv,smelt.linear@indexer.wq_b,smelt.linear@indexer.weights_proj,smelt.engram_lookup,smelt.kv_compressor,smelt.window_kv_update},smelt-plan-memory{max-rows=64}"
+    compile "v41_${base}_side" "$d" h200 --pipeline "smelt-verify,$side" &&
+      echo "v41_${base}_side|plans/v41_${base}_side.smelt|models/$base|$prompt|$decode|5e-2" >> "$M"
+    compile "v41_${base}_side_fp32" "$d" h200 --pipeline "smelt-verify,smelt-numerics{mode=fp32},$side" &&
+      echo "v41_${base}_side_fp32|plans/v41_${base}_side_fp32.smelt|models/$base|$prompt|$decode|1e-3" >> "$M"
+  fi
 done
 # A plan for sm_80 only: on the H200 it must be refused with one sentence.
 compile arch_error examples/tiny-v4 sm_80

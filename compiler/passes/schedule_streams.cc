@@ -23,7 +23,7 @@ namespace {
 
 // The default marks (docs/performance.md "The side stream" has what each choice measured): hc_mix, and the
 // attention's kv branch (wkv -> kv_norm -> rope -> fake_quant) and the indexer's q and weights projections, which
-// run beside the q path (wq_a -> q_norm -> wq_b): V4.1-Flash slice 1.468 -> 1.418 ms a step (H200).
+// run beside the q path (wq_a -> q_norm -> wq_b): V4.1-Flash slice 1.468 -> 1.420 ms a step (H200).
 std::vector<std::string> default_side_ops() {
   return {"smelt.hc_mix", "smelt.linear@attn.wkv", "smelt.linear@indexer.wq_b", "smelt.linear@indexer.weights_proj"};
 }

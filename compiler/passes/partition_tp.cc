@@ -7,6 +7,7 @@
 // indexer_select). Everything else (KV, compressors, the Engram hash, mHC, norms, routing) stays replicated.
 #include "compiler/passes/partition.h"
 
+#include "compiler/passes/engram_ops.h"
 #include "compiler/passes/shard.h"
 
 namespace smelt::partition {
@@ -256,40 +257,16 @@ struct Rewriter {
   std::string engram(EngramOp op) {
     WeightOp table = lookup(module, op.getTableAttr()), scale = lookup(module, op.getTableScaleAttr());
     if (!table || !scale) return where(op) + ": table / table_scale is not a smelt.weight";
-    const int64_t rows = table.getTensorType().getDimSize(0), hd = op.getHeadDim(), cols = op.getCols();
+    const int64_t rows = table.getTensorType().getDimSize(0);
     if (rows < ntp()) return "";  // fewer rows than ranks: keep it whole
     shard::Range g = shard::split(rows, 1, r.shares, true)[r.tp_rank];
     auto t = shard::slice(module, table, 0, g, tp_name(table, r.tp_rank));
     auto s = shard::slice(module, scale, 0, g, tp_name(scale, r.tp_rank));
     mlir::OpBuilder b(op);
-    auto i64 = [&](int64_t v) { return b.getI64IntegerAttr(v); };
-    auto copy = [&](mlir::OperationState& st, std::initializer_list<const char*> names) {
-      for (const char* n : names)
-        if (auto a = op->getAttr(n)) st.addAttribute(n, a);
-    };
-    auto e_type = mlir::RankedTensorType::get({mlir::ShapedType::kDynamic, cols * hd}, b.getF32Type());
-    mlir::OperationState ls(op.getLoc(), "smelt.engram_lookup");
-    ls.addOperands(op.getHashes());
-    ls.addTypes(e_type);
-    ls.addAttribute("table", t);
-    ls.addAttribute("table_scale", s);
-    ls.addAttribute("layer_index", i64(op.getLayerIndex()));
-    ls.addAttribute("head_dim", i64(hd));
-    ls.addAttribute("cols", i64(cols));
-    ls.addAttribute("row_begin", i64(g.begin));
-    ls.addAttribute("rows_total", i64(rows));
-    copy(ls, {"layer", "numerics"});
-    Operation* look = b.create(ls);
-    Operation* joined = collective(look, "smelt.all_reduce", look->getResult(0), e_type, {});
+    Operation* look = engram_ops::build_lookup(b, op, t, s, g.begin, rows);
+    Operation* joined = collective(look, "smelt.all_reduce", look->getResult(0), look->getResult(0).getType(), {});
     b.setInsertionPointAfter(joined);
-    mlir::OperationState gs(op.getLoc(), "smelt.engram_gate");
-    gs.addOperands({op.getStreams(), joined->getResult(0)});
-    gs.addTypes(op.getResult().getType());
-    copy(gs, {"wkv", "wkv_scale", "q_weight", "k_weight", "hc_mult", "dim", "head_dim", "cols", "eps", "layer",
-              "round", "numerics"});
-    Operation* gate = b.create(gs);
-    op.getResult().replaceAllUsesWith(gate->getResult(0));
-    op->erase();
+    engram_ops::replace_with_gate(b, op, op.getStreams(), joined->getResult(0), /*with_wkv=*/true);
     return "";
   }
 

@@ -31,16 +31,12 @@ std::vector<std::string> default_side_ops() {
 // One side-ops entry: an op name, optionally with `@NAME` (only the ops whose weights include one named
 // `...NAME.<leaf>` or `...NAME`, e.g. smelt.linear@attn.wkv: layer l's @layers.l.attn.wkv.weight).
 struct Selector {
-  std::string op, weight;
+  std::string op, weight;  // weight: "" (any op named op) or ".NAME"
   bool matches(mlir::Operation* o) const {
     if (o->getName().getStringRef() != op) return false;
     if (weight.empty()) return true;
-    for (const SymbolUse& w : weight_uses(o)) {
-      if (!w.ref) continue;
-      const llvm::StringRef n = w.ref.getValue();
-      const std::string dotted = "." + weight;
-      if (n.ends_with(dotted) || n.contains(dotted + ".")) return true;
-    }
+    for (const SymbolUse& w : weight_uses(o))
+      if (w.ref && (w.ref.getValue().ends_with(weight) || w.ref.getValue().contains(weight + "."))) return true;
     return false;
   }
 };
@@ -96,7 +92,8 @@ struct ScheduleStreams : impl::SmeltScheduleStreamsBase<ScheduleStreams> {
     for (const std::string& e : entries) {
       if (e == "none") continue;  // side-ops=none: mark nothing
       const size_t at = e.find('@');
-      selectors.push_back(at == std::string::npos ? Selector{e, ""} : Selector{e.substr(0, at), e.substr(at + 1)});
+      if (at == std::string::npos) selectors.push_back({e, ""});
+      else selectors.push_back({e.substr(0, at), at + 1 < e.size() ? "." + e.substr(at + 1) : ""});
     }
     mlir::Builder b(&getContext());
     llvm::DenseSet<mlir::Operation*> marked;

@@ -8,6 +8,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
 #include "compiler/dialect/dialect.h"
+#include "compiler/passes/engram_ops.h"
 #include "compiler/passes/passes.h"
 
 namespace smelt {
@@ -34,18 +35,6 @@ mlir::Value project(mlir::OpBuilder& b, mlir::Operation* at, mlir::Value e, mlir
   return b.create(st)->getResult(0);
 }
 
-// smelt.engram_gate on the projected rows kv, with `at`'s gate attributes and weights.
-void gate(mlir::OpBuilder& b, mlir::Operation* at, mlir::Value streams, mlir::Value kv) {
-  mlir::OperationState st(at->getLoc(), "smelt.engram_gate");
-  st.addOperands({streams, kv});
-  st.addTypes(at->getResult(0).getType());
-  for (const char* n : {"q_weight", "k_weight", "hc_mult", "dim", "head_dim", "cols", "eps", "layer", "numerics"})
-    if (auto a = at->getAttr(n)) st.addAttribute(n, a);
-  mlir::Operation* g = b.create(st);
-  at->getResult(0).replaceAllUsesWith(g->getResult(0));
-  at->erase();
-}
-
 struct SplitEngram : impl::SmeltSplitEngramBase<SplitEngram> {
   using SmeltSplitEngramBase::SmeltSplitEngramBase;
 
@@ -64,27 +53,16 @@ struct SplitEngram : impl::SmeltSplitEngramBase<SplitEngram> {
         return signalPassFailure();
       }
       mlir::OpBuilder b(op);
-      const int64_t hd = op.getHeadDim(), cols = op.getCols();
-      mlir::OperationState ls(op.getLoc(), "smelt.engram_lookup");
-      ls.addOperands(op.getHashes());
-      ls.addTypes(mlir::RankedTensorType::get({mlir::ShapedType::kDynamic, cols * hd}, b.getF32Type()));
-      ls.addAttribute("table", op.getTableAttr());
-      ls.addAttribute("table_scale", op.getTableScaleAttr());
-      ls.addAttribute("layer_index", b.getI64IntegerAttr(op.getLayerIndex()));
-      ls.addAttribute("head_dim", b.getI64IntegerAttr(hd));
-      ls.addAttribute("cols", b.getI64IntegerAttr(cols));
-      ls.addAttribute("row_begin", b.getI64IntegerAttr(0));
-      ls.addAttribute("rows_total", b.getI64IntegerAttr(table.getTensorType().getDimSize(0)));
-      for (const char* n : {"layer", "numerics"})
-        if (auto a = op->getAttr(n)) ls.addAttribute(n, a);
-      mlir::Value e = b.create(ls)->getResult(0);
+      mlir::Value e = engram_ops::build_lookup(b, op, op.getTableAttr(), op.getTableScaleAttr(), 0,
+                                               table.getTensorType().getDimSize(0))
+                          ->getResult(0);
       mlir::Value kv = project(b, op, e, op.getWkvAttr(), op.getWkvScaleAttr(), op.getHcMult(), op.getDim());
-      gate(b, op, op.getStreams(), kv);
+      engram_ops::replace_with_gate(b, op, op.getStreams(), kv, /*with_wkv=*/false);
     }
     for (EngramGateOp op : gates) {
       mlir::OpBuilder b(op);
       mlir::Value kv = project(b, op, op.getE(), op.getWkvAttr(), op.getWkvScaleAttr(), op.getHcMult(), op.getDim());
-      gate(b, op, op.getStreams(), kv);
+      engram_ops::replace_with_gate(b, op, op.getStreams(), kv, /*with_wkv=*/false);
     }
     record_pass(module, *this);
   }

@@ -168,7 +168,8 @@ CudaBackend::CudaBackend(const Plan& plan, const BackendOptions& o) : plan_(plan
     side_on_ = d_.cuStreamWaitEvent && !env_off("SMELT_CUDA_SIDE_STREAM");
     if (side_on_) {
       // SMELT_CUDA_SIDE_SMS=N: side ops size their persistent grids for N multiprocessors (tuning: a long side
-      // GEMV then leaves the others to the main stream's kernels).
+      // GEMV then leaves the others to the main stream's kernels); all by default.
+      side_sms_ = dev_.sms;
       if (const char* v = std::getenv("SMELT_CUDA_SIDE_SMS")) {
         char* end = nullptr;
         const long n = std::strtol(v, &end, 10);
@@ -525,7 +526,7 @@ void CudaBackend::launch_side_after(int m, int rows) {
     OpLaunch& l = ops_[size_t(k)];
     check(d_.cuEventRecord(side_fork_, stream_), "recording events");
     check(d_.cuStreamWaitEvent(side_, side_fork_, 0), "forking the side stream");
-    l.stream = side_, l.scratch = side_scratch_, l.sms = side_sms_ > 0 ? side_sms_ : dev_.sms;
+    l.stream = side_, l.scratch = side_scratch_, l.sms = side_sms_;
     try {
       run_op_at(size_t(k), rows);
     } catch (...) {

@@ -160,16 +160,16 @@ class CudaBackend final : public Launcher {
   double last_ms_ = 0.0;
   bool record_kernels_ = false;
   bool pdl_ = false;  // launch with programmatic stream serialization (sm_90+)
-  // The side stream: the ops the compiler marked `stream = 1` (by default hc_mix, whose pre / post / comb feed only
-  // the next collapse and expand) run there, beside the main stream's ops (run_ops). side_busy_: arena byte ranges the
-  // side stream's queued ops read or write; a main-stream op that touches one first waits for the side stream.
+  // The side stream: the ops the compiler marked `stream = 1` (compiler/passes/schedule_streams.cc) run there,
+  // beside the main stream's ops (run_ops). side_busy_: the arena ranges and states the side stream's queued ops
+  // read or write; a main-stream op that touches one first waits for the side stream.
   CUstream side_ = nullptr;
   CUevent side_fork_ = nullptr, side_join_ = nullptr;
   CUdeviceptr side_scratch_ = 0;
   bool side_on_ = false;
-  int side_sms_ = 0;  // SMELT_CUDA_SIDE_SMS (0: all)
+  int side_sms_ = 0;  // the multiprocessors side ops size their grids for (SMELT_CUDA_SIDE_SMS, else all)
   SideBusy side_busy_;
-  std::vector<OpAccess> access_;  // per op: the arena ranges it reads and writes (side_stream.h)
+  std::vector<OpAccess> access_;  // per op: the arena ranges it reads and writes, its states (side_stream.h)
   SideSchedule side_plan_;
   void plan_side_stream();
   void launch_side_after(int m, int rows);

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <string>
 
+#include "runtime/cuda/mma_split.h"
+
 namespace smelt::runtime::cuda::detail {
 
 namespace {
@@ -23,17 +25,7 @@ unsigned mma_smem(int K, int rows_staged) {  // + the warps' weight rings and FP
 // sm_89 / sm_120 99 KB a block (their opt-in limit; K = 8192 at one row takes 96.1 KB).
 unsigned mma_smem_max(const OpLaunch& l) { return l.arch == 90 ? 110u * 1024 : 99u * 1024; }
 
-// K segments per 16-column tile (1, 2, 4 or 8 warps of a block): the largest split whose groups all run in one round
-// of the persistent grid, keeping >= 4 blocks of 32 per segment; 1 when even that takes more than one round. Splitting
-// until every warp slot was filled made a second round of a few groups that cost as much as the first (wo_b: 320
-// groups on 264 blocks; the shared expert's down the same): the one-round split measured 5% faster over the decode
-// shapes with dependent launch, as a decode step launches (tests/kernels_cuda/bench_mma_gemv.cc --pdl,
-// docs/performance.md). Small N (512 columns) still splits 8 ways.
-int ksplit(int64_t tiles, int nb, unsigned blocks) {
-  int S = 1;
-  while (S < kMmaWarps && (tiles * 2 * S + kMmaWarps - 1) / kMmaWarps <= int64_t(blocks) && nb / (2 * S) >= 4) S *= 2;
-  return S;
-}
+int ksplit(int64_t tiles, int nb, unsigned blocks) { return mma_ksplit(tiles, nb, blocks); }  // mma_split.h
 
 unsigned grid(int64_t tiles, int S, unsigned blocks) {
   const int64_t groups = (tiles + kMmaWarps / S - 1) / (kMmaWarps / S);

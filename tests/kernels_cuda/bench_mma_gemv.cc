@@ -23,6 +23,7 @@
 
 #include "compiler/cuda/nvrtc.h"
 #include "runtime/cuda/kernel_args.h"
+#include "runtime/cuda/mma_split.h"
 #include "tests/kernels_cuda/harness.h"
 
 namespace {
@@ -69,13 +70,8 @@ unsigned mma_smem(int K, int rows, int ring) {
   return unsigned(rows * (2 * K + 64) + (K / 32) * 8 * 4 + 8 * 4 * 32 * 4 + 8 * (ring + (2 * (K / 32) + 15) / 16 * 16));
 }
 
-// runtime/cuda/ops_mma.cc ksplit (the launcher's choice, marked in the output; it was "fill every warp slot" until
-// this bench showed that a split making a second round costs as much as the first).
-int ksplit(int64_t tiles, int nb, unsigned blocks) {
-  int S = 1;
-  while (S < 8 && (tiles * 2 * S + 7) / 8 <= int64_t(blocks) && nb / (2 * S) >= 4) S *= 2;
-  return S;
-}
+// K segments as the launcher picks them.
+int ksplit(int64_t tiles, int nb, unsigned blocks) { return smelt::runtime::cuda::mma_ksplit(tiles, nb, blocks); }
 
 enum Kind { kLinear, kSharedExpert, kRoutedExperts };
 struct Shape {

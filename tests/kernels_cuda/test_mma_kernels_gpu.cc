@@ -19,6 +19,7 @@
 
 #include "kernels/quant/reference.h"
 #include "runtime/cuda/kernel_args.h"
+#include "runtime/cuda/mma_split.h"
 #include "tests/kernels_cuda/harness.h"
 
 namespace {
@@ -123,12 +124,8 @@ void expect_close(const std::vector<float>& a, const std::vector<float>& e, cons
   }
 }
 
-// K segments as the launcher picks them (runtime/cuda/ops_mma.cc ksplit) for a grid of `blocks`.
-int ksplit(int64_t tiles, int nb, unsigned blocks) {
-  int S = 1;
-  while (S < 8 && (tiles * 2 * S + 7) / 8 <= int64_t(blocks) && nb / (2 * S) >= 4) S *= 2;
-  return S;
-}
+// K segments as the launcher picks them.
+int ksplit(int64_t tiles, int nb, unsigned blocks) { return smelt::runtime::cuda::mma_ksplit(tiles, nb, blocks); }
 
 void run_linear(bool fp4, int rows, int K, int N, int S, unsigned grid, int round, float scale_after, uint32_t seed,
                 Stats& st) {

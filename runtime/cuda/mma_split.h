@@ -1,0 +1,23 @@
+// How the tensor-core decode GEMVs (kernels/linear/gemv_mma.cuh) split K over the 8 warps of a block: one copy
+// for the launcher (runtime/cuda/ops_mma.cc) and the GPU tests / bench that launch the same shapes.
+#pragma once
+#include <cstdint>
+
+namespace smelt::runtime::cuda {
+
+// Blocks of a persistent grid that a split S needs: 8 / S tiles (16 columns each) a block.
+inline int64_t mma_groups(int64_t tiles, int S) { return (tiles * S + 7) / 8; }
+
+// K segments per 16-column tile (1, 2, 4 or 8 warps of a block) for a grid of `blocks` (2 an SM), nb K-blocks of 32:
+// the largest split whose groups all run in one round of the persistent grid, keeping >= 4 blocks of 32 per segment
+// (a second round of a few groups cost as much as the first: session 6). The sweep of every split alone (session 9)
+// found larger splits faster for wo_b (8 vs 4) and the Engram projection (4 vs 1); a rule taking them measured
+// slower inside the decode step (1.442 vs 1.429 ms, two runs each, session 10: docs/performance.md), so the
+// one-round rule stays.
+inline int mma_ksplit(int64_t tiles, int nb, unsigned blocks) {
+  int S = 1;
+  while (S < 8 && mma_groups(tiles, 2 * S) <= int64_t(blocks) && nb / (2 * S) >= 4) S *= 2;
+  return S;
+}
+
+}  // namespace smelt::runtime::cuda

@@ -73,31 +73,36 @@ __device__ __forceinline__ T dec_dots(const float* qs, const float* kr, int hd, 
 }
 
 // Channel d of the tile's P.V for nh <= NH heads: the one-block kernel's chain over the tile's slots, empty ones
-// skipped. The tile's K=V values of channel d are all loaded first, so their loads are in flight together.
+// skipped. The K=V values of channel d are loaded a half tile at a time, so 32 loads are in flight together (all 64
+// took the tiles kernel past 128 registers: one block a multiprocessor).
 template <typename T, int NH>
 __device__ __forceinline__ void dec_pv(const float (*pr)[kDecHeads], const float* const* ptr, int nb, int d, int nh,
                                        float* out, i64 head_stride) {
-  float x[kTile];
-#pragma unroll
-  for (int t = 0; t < kTile; ++t) {
-    const float* r = t < nb ? ptr[t] : nullptr;
-    x[t] = r ? r[d] : 0.f;
-  }
+  constexpr int kHalf = kTile / 2;
   T v[NH];
 #pragma unroll
   for (int g = 0; g < NH; ++g) v[g] = T(0);
 #pragma unroll
-  for (int t = 0; t < kTile; ++t) {
-    if (t < nb && ptr[t]) {
-      float pp[kDecHeads];
-      const float4 pa = *reinterpret_cast<const float4*>(&pr[t][0]);
-      pp[0] = pa.x, pp[1] = pa.y, pp[2] = pa.z, pp[3] = pa.w;
-      if (NH > 4) {
-        const float4 pb = *reinterpret_cast<const float4*>(&pr[t][4]);
-        pp[4] = pb.x, pp[5] = pb.y, pp[6] = pb.z, pp[7] = pb.w;
-      }
+  for (int t0 = 0; t0 < kTile; t0 += kHalf) {
+    float x[kHalf];
 #pragma unroll
-      for (int g = 0; g < NH; ++g) v[g] = dec_mac(pp[g], x[t], v[g]);
+    for (int t = 0; t < kHalf; ++t) {
+      const float* r = t0 + t < nb ? ptr[t0 + t] : nullptr;
+      x[t] = r ? r[d] : 0.f;
+    }
+#pragma unroll
+    for (int t = 0; t < kHalf; ++t) {
+      if (t0 + t < nb && ptr[t0 + t]) {
+        float pp[kDecHeads];
+        const float4 pa = *reinterpret_cast<const float4*>(&pr[t0 + t][0]);
+        pp[0] = pa.x, pp[1] = pa.y, pp[2] = pa.z, pp[3] = pa.w;
+        if (NH > 4) {
+          const float4 pb = *reinterpret_cast<const float4*>(&pr[t0 + t][4]);
+          pp[4] = pb.x, pp[5] = pb.y, pp[6] = pb.z, pp[7] = pb.w;
+        }
+#pragma unroll
+        for (int g = 0; g < NH; ++g) v[g] = dec_mac(pp[g], x[t], v[g]);
+      }
     }
   }
 #pragma unroll
@@ -187,9 +192,11 @@ extern "C" __global__ void smelt_attn_dec_scores(AttnArgs a, const StepInfo* ste
 // flight instead of a few); every (head, channel) sums over the tile's slots in slot order as before. Fewer heads
 // a block give short lists (2 tiles) enough blocks. tmax: the scores kernel's tile maxima, or nullptr: folded here
 // from sc (a lane per earlier tile, each in slot order; then in tile order as before).
-extern "C" __global__ void smelt_attn_dec_tiles(AttnArgs a, const StepInfo* step, int H, int Lmax, int tiles, int hpb,
-                                                const float* sc, const float* tmax, float* psum_out, float* nmax_out,
-                                                float* pv_out) {
+// Two blocks a multiprocessor (<= 128 registers; it took 145, one block an SM): the 10-tile V4.1-Flash list
+// launches 160 blocks, which ran in two waves (Nsight Compute, session 10).
+extern "C" __global__ void __launch_bounds__(kDecThreads, 2)
+    smelt_attn_dec_tiles(AttnArgs a, const StepInfo* step, int H, int Lmax, int tiles, int hpb, const float* sc,
+                         const float* tmax, float* psum_out, float* nmax_out, float* pv_out) {
   SMELT_KERNEL_PROLOGUE();
   __shared__ __align__(16) float pr[kTile][kDecHeads];  // [slot][head]: one slot's probabilities in two float4
   __shared__ const float* ptr[kTile];

@@ -2,6 +2,10 @@
 #include "runtime/cuda/ops_mma.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <sstream>
 #include <string>
 
 #include "runtime/cuda/mma_split.h"
@@ -25,7 +29,25 @@ unsigned mma_smem(int K, int rows_staged) {  // + the warps' weight rings and FP
 // sm_89 / sm_120 99 KB a block (their opt-in limit; K = 8192 at one row takes 96.1 KB).
 unsigned mma_smem_max(const OpLaunch& l) { return l.arch == 90 ? 110u * 1024 : 99u * 1024; }
 
-int ksplit(int64_t tiles, int nb, unsigned blocks) { return mma_ksplit(tiles, nb, blocks); }  // mma_split.h
+// mma_split.h's rule; $SMELT_CUDA_KSPLIT=KxN:S,... (tuning) sets the split of those linear shapes.
+int ksplit(int64_t tiles, int nb, unsigned blocks, int64_t N = 0) {
+  static const std::map<std::pair<int64_t, int64_t>, int> forced = [] {
+    std::map<std::pair<int64_t, int64_t>, int> m;
+    const char* v = std::getenv("SMELT_CUDA_KSPLIT");
+    std::stringstream ss(v ? v : "");
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      long long K = 0, n = 0;
+      int S = 0;
+      if (std::sscanf(item.c_str(), "%lldx%lld:%d", &K, &n, &S) == 3 && (S == 1 || S == 2 || S == 4 || S == 8))
+        m[{K, n}] = S;
+    }
+    return m;
+  }();
+  if (N > 0)
+    if (auto it = forced.find({int64_t(nb) * 32, N}); it != forced.end()) return it->second;
+  return mma_ksplit(tiles, nb, blocks);
+}
 
 unsigned grid(int64_t tiles, int S, unsigned blocks) {
   const int64_t groups = (tiles + kMmaWarps / S - 1) / (kMmaWarps / S);
@@ -41,7 +63,7 @@ bool try_linear_mma(Ctx& c, DevPtr x, DevPtr y, const LinearW& f, DevPtr w, DevP
   if (smem > mma_smem_max(c.l)) return false;
   const unsigned blocks = gemv_blocks(c.l);
   const int64_t tiles = (int64_t(N) + 15) / 16;
-  const int S = ksplit(tiles, K / 32, blocks);
+  const int S = ksplit(tiles, K / 32, blocks, N);
   const std::string name = std::string("smelt_gemv_") + f.fmt + "_mma";
   c.go(name.c_str(), grid(tiles, S, blocks), 1, 1, kMmaWarps * 32, smem, x, y, w, s, rows, K, N, int(f.blk),
        scale_after, round, S);

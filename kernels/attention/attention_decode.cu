@@ -123,7 +123,7 @@ __device__ __forceinline__ void dec_pv_heads(int hpb, const float (*pr)[kDecHead
 __device__ __forceinline__ float dec_tile_max(const float* sc_h, int t, int L) {
   const int s0 = t * kTile, nb = L - s0 < kTile ? L - s0 : kTile;
   float m = -__int_as_float(0x7f800000);
-#pragma unroll 16
+#pragma unroll 32
   for (int s = 0; s < nb; ++s) m = fmaxf(m, sc_h[s0 + s]);
   return m;
 }
@@ -236,10 +236,12 @@ extern "C" __global__ void __launch_bounds__(kDecThreads, 2)
     float psum;
     if (a.v41) {
       double ps = 0.0;
-      for (int t = 0; t < nb; ++t) ps += double(pr[t][g]);
+#pragma unroll 16
+      for (int t = 0; t < nb; ++t) ps += double(pr[t][g]);  // in slot order; unrolled: the shared loads fly ahead
       psum = float(ps);
     } else {
       psum = 0.f;
+#pragma unroll 16
       for (int t = 0; t < nb; ++t) psum = __fadd_rn(psum, pr[t][g]);
     }
     psum_out[i64(h0 + g) * tiles + t0] = psum;
@@ -268,12 +270,26 @@ extern "C" __global__ void smelt_attn_dec_merge(AttnArgs a, const StepInfo* step
   const int nt = (dl.L + kTile - 1) / kTile;
   const float sink = ldw(a.sink, h, a.sink_dt);
   float run_max = a.v41 ? -1e30f : sink, denom = 0.f, acc = 0.f;
-  for (int t = 0; t < nt; ++t) {
-    const float new_max = nmax[i64(h) * tiles + t];
-    const float rescale = expf(__fsub_rn(run_max, new_max));
-    denom = __fadd_rn(__fmul_rn(denom, rescale), psum[i64(h) * tiles + t]);
-    if (d < hd) acc = __fadd_rn(__fmul_rn(acc, rescale), pv[(i64(h) * tiles + t) * hd + d]);
-    run_max = new_max;
+  // The fold is a serial chain; its inputs are not: 8 tiles' loads are issued together before their steps (the
+  // loop's loads had waited one by one, ~7 us at 10 tiles in Nsight Compute). Same operations, same order.
+  constexpr int kU = 8;
+  for (int t0 = 0; t0 < nt; t0 += kU) {
+    float nm[kU], ps[kU], x[kU];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int t = t0 + u < nt ? t0 + u : nt - 1;
+      nm[u] = nmax[i64(h) * tiles + t];
+      ps[u] = psum[i64(h) * tiles + t];
+      x[u] = d < hd ? pv[(i64(h) * tiles + t) * hd + d] : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      if (t0 + u >= nt) break;
+      const float rescale = expf(__fsub_rn(run_max, nm[u]));
+      denom = __fadd_rn(__fmul_rn(denom, rescale), ps[u]);
+      acc = __fadd_rn(__fmul_rn(acc, rescale), x[u]);
+      run_max = nm[u];
+    }
   }
   denom = __fadd_rn(denom, expf(__fsub_rn(sink, run_max)));
   if (d < hd) {

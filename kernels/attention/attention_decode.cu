@@ -150,16 +150,27 @@ extern "C" __global__ void smelt_attn_dec_scores(AttnArgs a, const StepInfo* ste
   const int s0 = t0 * kTile + (blockIdx.x % parts) * spb;
   if (s0 >= dl.L) return;
   const int nb = dl.L - s0 < spb ? dl.L - s0 : spb;
-  for (int k = tid; k < kDecHeads * hd; k += kDecThreads) {
-    const int g = k / hd;
-    qs[k] = g < nh ? a.q[i64(h0) * hd + k] : 0.f;
+  // The first slot's K=V row, then the 8 heads' q (hd floats each, contiguous; a fixed trip count, unrolled), are
+  // all in flight before the block waits: the strided staging loop had issued q a few loads at a time, and the
+  // first row (after its top-k index, on CSA layers) only after it.
+  const float* kv = warp < nb ? slot(a, 0, p0, p, s0 + warp, dl.Lw, 1) : nullptr;
+  constexpr int kQPer = kDecHeads * kMaxHd / kDecThreads;
+  float qv[kQPer];
+#pragma unroll
+  for (int u = 0; u < kQPer; ++u) {
+    const int k = tid + u * kDecThreads;
+    qv[u] = k < nh * hd ? a.q[i64(h0) * hd + k] : 0.f;
+  }
+  float kr[kMaxHd / 32], kn[kMaxHd / 32];
+  dec_load_row(kv, hd, lane, kr);
+#pragma unroll
+  for (int u = 0; u < kQPer; ++u) {
+    const int k = tid + u * kDecThreads;
+    if (k < kDecHeads * hd) qs[k] = qv[u];
   }
   __syncthreads();
   const int kPer = spb / (kDecThreads / 32);
   // Software pipeline: the next slot's row is loaded while this one's dots are formed.
-  float kr[kMaxHd / 32], kn[kMaxHd / 32];
-  const float* kv = warp < nb ? slot(a, 0, p0, p, s0 + warp, dl.Lw, 1) : nullptr;
-  dec_load_row(kv, hd, lane, kr);
   for (int u = 0; u < kPer; ++u) {
     const int t = warp + u * (kDecThreads / 32);
     const int tn = t + kDecThreads / 32;

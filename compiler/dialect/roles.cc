@@ -13,9 +13,6 @@ bool is_compute_op(Operation* op) {
   return op->getDialect() && op->getDialect()->getNamespace() == "smelt" && !llvm::isa<WeightOp, StateOp>(op);
 }
 
-namespace {
-}  // namespace
-
 llvm::SmallVector<SymbolUse> weight_uses(Operation* op) {
   using C = WeightClass;
   llvm::SmallVector<SymbolUse> u;

@@ -31,19 +31,6 @@ bool env_on(const char* name) {
   return v && *v && std::string(v) != "0";
 }
 
-// The comma-separated names in $var.
-std::set<std::string> env_names(const char* var) {
-  std::set<std::string> out;
-  const char* v = std::getenv(var);
-  std::string all = v ? v : "";
-  for (size_t at = 0; at < all.size();) {
-    size_t end = all.find(',', at);
-    if (end == std::string::npos) end = all.size();
-    if (end > at) out.insert(all.substr(at, end - at));
-    at = end + 1;
-  }
-  return out;
-}
 // $SMELT_CUDA_SKIP_KERNELS=name,name,...: those kernels are not launched. A timing ablation only (what a decode step
 // would cost without them, e.g. before fusing them away); every result after a skipped kernel is wrong, and
 // `smelt-run bench` says so.
@@ -79,6 +66,20 @@ int arch_num(const std::string& arch) {  // sm_90 -> 90, or -1
 }
 
 }  // namespace
+
+// launch.h
+std::set<std::string> env_names(const char* var) {
+  std::set<std::string> out;
+  const char* v = std::getenv(var);
+  std::string all = v ? v : "";
+  for (size_t at = 0; at < all.size();) {
+    size_t end = all.find(',', at);
+    if (end == std::string::npos) end = all.size();
+    if (end > at) out.insert(all.substr(at, end - at));
+    at = end + 1;
+  }
+  return out;
+}
 
 std::vector<std::string> cubin_functions(const std::vector<uint8_t>& img) {
   std::vector<std::string> names;

@@ -9,6 +9,7 @@
 // row count IS a kernel argument: a graph is captured per row-count bucket.
 #pragma once
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -79,5 +80,7 @@ void prepare_op(const Plan& plan, const OpRef& op, int64_t max_rows, Prepare& ou
 void run_op(const OpLaunch& l);
 // Whether an op name has a cuda launcher (the compiler refuses plans with ops that have none).
 bool has_launcher(const std::string& op_name);
+// The comma-separated items of $var (the backend's and launchers' list-valued switches: SMELT_CUDA_SKIP_KERNELS, ...).
+std::set<std::string> env_names(const char* var);
 
 }  // namespace smelt::runtime::cuda

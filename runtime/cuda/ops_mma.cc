@@ -3,9 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <map>
-#include <sstream>
 #include <string>
 
 #include "runtime/cuda/mma_split.h"
@@ -33,10 +31,7 @@ unsigned mma_smem_max(const OpLaunch& l) { return l.arch == 90 ? 110u * 1024 : 9
 int ksplit(int64_t tiles, int nb, unsigned blocks, int64_t N = 0) {
   static const std::map<std::pair<int64_t, int64_t>, int> forced = [] {
     std::map<std::pair<int64_t, int64_t>, int> m;
-    const char* v = std::getenv("SMELT_CUDA_KSPLIT");
-    std::stringstream ss(v ? v : "");
-    std::string item;
-    while (std::getline(ss, item, ',')) {
+    for (const std::string& item : env_names("SMELT_CUDA_KSPLIT")) {
       long long K = 0, n = 0;
       int S = 0;
       if (std::sscanf(item.c_str(), "%lldx%lld:%d", &K, &n, &S) == 3 && (S == 1 || S == 2 || S == 4 || S == 8))

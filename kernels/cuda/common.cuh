@@ -117,6 +117,18 @@ __device__ __forceinline__ void cp_async16_pf(void* dst, const void* src, int sr
   else
     cp_async16(dst, src, src_bytes);
 }
+// The same to a shared-space address, issued only when ok (a predicate, not a branch: no reconvergence barrier).
+template <int PF>
+__device__ __forceinline__ void cp_async16_pf_if(u32 dst, const void* src, int src_bytes, bool ok) {
+#define SMELT_CP_ASYNC_IF(HINT)                                                                               \
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %3, 0;\n@p cp.async.cg.shared.global" HINT " [%0], [%1], 16, %2; }" \
+               ::"r"(dst), "l"(src), "r"(src_bytes), "r"(int(ok)) : "memory")
+  if constexpr (PF == 64) SMELT_CP_ASYNC_IF(".L2::64B");
+  else if constexpr (PF == 128) SMELT_CP_ASYNC_IF(".L2::128B");
+  else if constexpr (PF == 256) SMELT_CP_ASYNC_IF(".L2::256B");
+  else SMELT_CP_ASYNC_IF("");
+#undef SMELT_CP_ASYNC_IF
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {

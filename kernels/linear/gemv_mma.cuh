@@ -108,10 +108,20 @@ __device__ __forceinline__ void e4m3x4_f16(u32 v, u32& lo, u32& hi) {
 #endif
 }
 
+// f16 pairs (x0,x1) (x2,x3) (x4,x5) (x6,x7) -> (x0,x4) (x1,x5) (x2,x6) (x3,x7): the B operand of the FP4 path, paired
+// as wo_e2m1_pairs pairs the weights' nibbles.
+__device__ __forceinline__ void f16x8_repair(uint4 x, u32* b) {
+  b[0] = prmt(x.x, x.z, 0x5410u), b[1] = prmt(x.x, x.z, 0x7632u);
+  b[2] = prmt(x.y, x.w, 0x5410u), b[3] = prmt(x.y, x.w, 0x7632u);
+}
+
 // Act quant of `rows` rows of x (contiguous, K floats each) per token in K-blocks of 32, exactly as
 // gemv_stage_quant / smelt_act_quant_b32 (same scales, same codes), staged as the codes' f16 values (exact) at
 // xq[r * stride + 2 k] (the MMAs' B operand needs no conversion per block) and scales xsc[b * 8 + r]. NaN codes are
-// staged as 0 (e4m3_units gives them 0 in the exact kernels). Call with all threads; synchronises.
+// staged as 0 (e4m3_units gives them 0 in the exact kernels). FP4: each 8 codes staged in the order the FP4
+// weights' nibbles pair, (x0,x4) (x1,x5) (x2,x6) (x3,x7) (f16x8_repair's, once here instead of every block of every
+// tile). Call with all threads; synchronises.
+template <bool FP4>
 __device__ __forceinline__ void mma_stage_quant(const float* x, int rows, int K, u8* xq, int stride, float* xsc) {
   // A thread per 32-block (not a warp with shuffles): the staging sits before every block's first MMA, and the
   // serial warp version cost ~70 dependent instructions per block (Nsight Compute). The maximum of |x| is the same
@@ -157,18 +167,21 @@ __device__ __forceinline__ void mma_stage_quant(const float* x, int rows, int K,
     for (int i = 0; i < 8; ++i) e4m3x4_f16(w[i], h[2 * i], h[2 * i + 1]);
     uint4* dst = reinterpret_cast<uint4*>(xq + r * stride + b * 64);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) dst[i] = make_uint4(h[4 * i], h[4 * i + 1], h[4 * i + 2], h[4 * i + 3]);
+    for (int i = 0; i < 4; ++i) {
+      const uint4 q = make_uint4(h[4 * i], h[4 * i + 1], h[4 * i + 2], h[4 * i + 3]);
+      if (FP4) {
+        u32 f[4];
+        f16x8_repair(q, f);
+        dst[i] = make_uint4(f[0], f[1], f[2], f[3]);
+      } else {
+        dst[i] = q;
+      }
+    }
     xsc[b * 8 + r] = a.s;
   }
   __syncthreads();
 }
 
-// f16 pairs (x0,x1) (x2,x3) (x4,x5) (x6,x7) -> (x0,x4) (x1,x5) (x2,x6) (x3,x7): the B operand of the FP4 path, paired
-// as wo_e2m1_pairs pairs the weights' nibbles.
-__device__ __forceinline__ void f16x8_repair(uint4 x, u32* b) {
-  b[0] = prmt(x.x, x.z, 0x5410u), b[1] = prmt(x.x, x.z, 0x7632u);
-  b[2] = prmt(x.y, x.w, 0x5410u), b[3] = prmt(x.y, x.w, 0x7632u);
-}
 
 // E8M0 scale bytes of s as floats: the shift alone when no byte is 0x00 (2^-127) or 0xFF (NaN), e8m0_decode's selects
 // otherwise (the same values; the common case costs two instructions a scale instead of six). N: the low bytes
@@ -197,8 +210,10 @@ __device__ __forceinline__ void mma_fold(float* acc, const float* c, float xs0, 
     acc[2] = __fadd_rn(acc[2], __fmul_rn(__fmul_rn(c[2], xs0), wb));
     acc[3] = __fadd_rn(acc[3], __fmul_rn(__fmul_rn(c[3], xs1), wb));
   } else {
-    acc[0] = __fadd_rn(acc[0], __fmul_rn(__fmul_rn(c[0], xs0), wa));
-    acc[1] = __fadd_rn(acc[1], __fmul_rn(__fmul_rn(c[2], xs0), wb));
+    // xs0 and the weight scales are powers of two, so c * (xs0 * w) is (c * xs0) * w exactly and the fma rounds once
+    // as the add did (outside fp32's normal range excepted): two instructions fewer a block for the experts.
+    acc[0] = __fmaf_rn(c[0], __fmul_rn(xs0, wa), acc[0]);
+    acc[1] = __fmaf_rn(c[2], __fmul_rn(xs0, wb), acc[1]);
   }
 }
 
@@ -236,6 +251,12 @@ struct MmaSegment {
   const u8* sB[NW];
   int src_bytes[NW], bstr[NW], sh, b0_, b1_;  // bstr: bytes from a block of the tile to the next (wtile_off)
   u8* ring;
+  // FP4: this lane's copy (its matrix's source, block stride and byte count, its shared destination in slot 0),
+  // chosen once in init() so that issue_fp4 costs no selects or 64-bit address arithmetic per block.
+  const u8* wsrc;
+  int wstr, wbytes;
+  u32 wdst;
+  bool wlane;
   // Block scales. FP4 (a byte per row and block): a register ring beside the weight ring, static slots. FP8 (one byte
   // per block for all 16 rows): the segment's bytes in shared memory, loaded once by prefetch(): a register ring in
   // the rolled FP8 loop had to shift down each group, and each move waited for the newest scale loads to land, so
@@ -286,32 +307,50 @@ struct MmaSegment {
         sA[m] = sB[m] = ws[m] + ((nm < N ? nm : n0) >> sh) * ncols;
       }
     }
+    if (FP4) {
+      const bool hi = NW == 2 && lane >= 16;
+      wsrc = hi ? src[NW - 1] : src[0];
+      wstr = hi ? bstr[NW - 1] : bstr[0];
+      wbytes = hi ? src_bytes[NW - 1] : src_bytes[0];
+      wlane = NW == 2 || lane < 16;  // one matrix: lanes 16..31 copy nothing (their slot 0 address is lane - 16's)
+      wdst = smem_addr(ring) + (hi ? 256 : 0) + (lane & 15) * 16;
+    }
   }
 
-  // Block b into ring slot `slot` (FP4: its scales into `scale`); one commit group per call, empty past the segment.
-  __device__ __forceinline__ void issue(int slot, int b, u32& scale) {
+  // FP4: the copy of block b = bn + i into ring slot `slot` and its scales into `scale` when b < b1_; one commit group
+  // either way. sp: the scale pointers (matrix m rows g / g + 8 at 2m / 2m + 1) advanced to block bn, wp: this lane's
+  // copy source of block b. Predicated, not branched, and (unrolled: slot and i constants) addressed by immediate
+  // offsets from bases set once per group: the general issue() spent ~35 instructions a block on 64-bit address
+  // arithmetic for four scale bytes and the copy and a branch, of the ~150 a block cost (SASS, H200).
+  __device__ __forceinline__ void issue_fp4(int slot, int i, bool ok, const u8* const* sp, const u8* wp, u32& scale) {
+    cp_async16_pf_if<SMELT_MMA_L2PF>(wdst + slot * SB, wp, wbytes, ok && wlane);
+    u32 s = 0;
+#pragma unroll
+    for (int m = 0; m < NW; ++m) {
+      const u32 a = ok ? u32(__ldg(sp[2 * m] + i)) : 0u, b = ok ? u32(__ldg(sp[2 * m + 1] + i)) : 0u;
+      s |= (a | (b << 8)) << (16 * m);
+    }
+    scale = s;
+    cp_async_commit();
+  }
+  // Blocks bn .. bn + n - 1 into slots j0 .. j0 + n - 1 (call unrolled: j0, n constants).
+  __device__ __forceinline__ void issue_fp4_group(int j0, int n, int bn) {
+    const u8* sp[2 * NW];
+#pragma unroll
+    for (int m = 0; m < NW; ++m) sp[2 * m] = sA[m] + bn, sp[2 * m + 1] = sB[m] + bn;
+    const u8* wp = wsrc + i64(bn) * wstr;
+#pragma unroll
+    for (int i = 0; i < n; ++i) issue_fp4(j0 + i, i, bn + i < b1_, sp, wp + i * wstr, sc[j0 + i]);
+  }
+
+  // FP8: block b into ring slot `slot`; one commit group per call, empty past the segment.
+  __device__ __forceinline__ void issue(int slot, int b) {
     const int lane = threadIdx.x & 31;
     if (b < b1_) {
-      if (FP4) {
-        // Lanes 16..31 copy the second matrix (NW = 2); a static index keeps src[] in registers.
-        const bool hi = NW == 2 && lane >= 16;
-        const u8* sp = hi ? src[NW - 1] : src[0];
-        if (NW == 2 || lane < 16)
-          cp_async16_pf<SMELT_MMA_L2PF>(ring + slot * SB + (hi ? 256 : 0) + (lane & 15) * 16,
-                                        sp + i64(b) * (hi ? bstr[NW - 1] : bstr[0]),
-                                        hi ? src_bytes[NW - 1] : src_bytes[0]);
-      } else {
 #pragma unroll
-        for (int m = 0; m < NW; ++m)
-          cp_async16_pf<SMELT_MMA_L2PF>(ring + slot * SB + m * 512 + (lane >> 1) * 32 + (lane & 1) * 16,
-                                        src[m] + i64(b) * bstr[m], src_bytes[m]);
-      }
-      if (FP4) {
-        u32 s = 0;
-#pragma unroll
-        for (int m = 0; m < NW; ++m) s |= (u32(__ldg(sA[m] + b)) | (u32(__ldg(sB[m] + b)) << 8)) << (16 * m);
-        scale = s;
-      }
+      for (int m = 0; m < NW; ++m)
+        cp_async16_pf<SMELT_MMA_L2PF>(ring + slot * SB + m * 512 + (lane >> 1) * 32 + (lane & 1) * 16,
+                                      src[m] + i64(b) * bstr[m], src_bytes[m]);
     }
     cp_async_commit();
   }
@@ -320,9 +359,13 @@ struct MmaSegment {
   // bytes into shared memory (visible to the warp after run()'s first __syncwarp).
   __device__ __forceinline__ void prefetch(int b0, int b1) {
     b0_ = b0, b1_ = b1;
+    if constexpr (FP4) {
+      issue_fp4_group(0, D, b0);
+      return;
+    }
 #pragma unroll
-    for (int j = 0; j < D; ++j) issue(j, b0 + j, sc[FP4 ? j : 0]);
-    if (!FP4) {
+    for (int j = 0; j < D; ++j) issue(j, b0 + j);
+    {
       const int lane = threadIdx.x & 31;
       for (int i = lane; i < b1 - b0; i += 32)
 #pragma unroll
@@ -345,8 +388,7 @@ struct MmaSegment {
       // pair (the E4M3 route cost a 6-instruction lookup per four values plus sm_90's f16 conversions of both
       // fragments); the activations' E4M3 codes are exact in f16. The block sum is c * 2^14: folded into the
       // activation scale (both powers of two: the same rounding as (bsum * xs) * ws).
-      u32 xb[4];
-      f16x8_repair(xv, xb);
+      const u32 xb[4] = {xv.x, xv.y, xv.z, xv.w};  // staged pre-paired (mma_stage_quant<true>)
       const float xf0 = __fmul_rn(xs0, 16384.f), xf1 = __fmul_rn(xs1, 16384.f);
       float ws[2 * NW];
       e8m0x4_decode<2 * NW>(scale, ws);  // bytes: matrix m row g at 2m, row g + 8 at 2m + 1
@@ -410,8 +452,7 @@ struct MmaSegment {
           for (int j = j0; j < j0 + G; ++j)
             if (bb + j < b1) consume<NC, NZ>(j, bb + j, sc[j], xrow, xsl, acc);
           __syncwarp();
-#pragma unroll
-          for (int j = j0; j < j0 + G; ++j) issue(j, bb + j + D, sc[j]);
+          issue_fp4_group(j0, G, bb + j0 + D);
         }
       }
     } else {
@@ -425,7 +466,7 @@ struct MmaSegment {
           if (b + j < b1) consume<NC, NZ>(slot + j, b + j, 0u, xrow, xsl, acc);
         __syncwarp();  // the slots read by all lanes before they are refilled
 #pragma unroll
-        for (int j = 0; j < G; ++j) issue(slot + j, b + j + D, sc[0]);
+        for (int j = 0; j < G; ++j) issue(slot + j, b + j + D);
         slot = (slot + G) & (D - 1);
       }
     }

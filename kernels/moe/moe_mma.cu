@@ -48,7 +48,7 @@ __device__ void up_mma_body(const float* x, int D, int F, int topk, const i32* i
     }
     if (grp == int(blockIdx.x)) {
       if (!idx) grid_dep_wait();
-      mma_stage_quant(x, 1, D, xq, stride, xsc);
+      mma_stage_quant<FP4>(x, 1, D, xq, stride, xsc);
     }
     float acc[2][2] = {{0.f, 0.f}, {0.f, 0.f}};  // [g, u][rows g, g + 8]
     if (e >= 0) ms.run_checked<1>(b0, b1, xrow, xsc, acc);
@@ -107,7 +107,7 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
         t_lo = (grp * tpg) / tps;
         t_hi = min(grp * tpg + tpg - 1, tiles - 1) / tps;
       }
-      mma_stage_quant(h + i64(t_lo) * F, t_hi - t_lo + 1, F, xq + t_lo * stride, stride, xsc + t_lo);
+      mma_stage_quant<FP4>(h + i64(t_lo) * F, t_hi - t_lo + 1, F, xq + t_lo * stride, stride, xsc + t_lo);
     }
     float acc[TPW][2] = {};
     if (e >= 0) ms.run_checked<1>(b0, b1, g == 0 ? xq + t * stride : nullptr, xsc + t, acc);

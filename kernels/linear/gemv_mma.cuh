@@ -307,6 +307,7 @@ struct MmaSegment {
         sA[m] = sB[m] = ws[m] + ((nm < N ? nm : n0) >> sh) * ncols;
       }
     }
+    if (!FP4) wdst = smem_addr(ring) + (lane >> 1) * 32 + (lane & 1) * 16;
     if (FP4) {
       const bool hi = NW == 2 && lane >= 16;
       wsrc = hi ? src[NW - 1] : src[0];
@@ -343,16 +344,21 @@ struct MmaSegment {
     for (int i = 0; i < n; ++i) issue_fp4(j0 + i, i, bn + i < b1_, sp, wp + i * wstr, sc[j0 + i]);
   }
 
-  // FP8: block b into ring slot `slot`; one commit group per call, empty past the segment.
-  __device__ __forceinline__ void issue(int slot, int b) {
-    const int lane = threadIdx.x & 31;
-    if (b < b1_) {
+  // FP8: blocks bn .. bn + n - 1 into ring slots slot0 .. slot0 + n - 1 (call unrolled: n constant), one commit group
+  // a block, empty past the segment; predicated copies from per-group bases, as issue_fp4.
+  __device__ __forceinline__ void issue_fp8_group(int slot0, int n, int bn) {
+    const u8* wp[NW];
+#pragma unroll
+    for (int m = 0; m < NW; ++m) wp[m] = src[m] + i64(bn) * bstr[m];
+    const u32 dst = wdst + slot0 * SB;
+#pragma unroll
+    for (int i = 0; i < n; ++i) {
+      const bool ok = bn + i < b1_;
 #pragma unroll
       for (int m = 0; m < NW; ++m)
-        cp_async16_pf<SMELT_MMA_L2PF>(ring + slot * SB + m * 512 + (lane >> 1) * 32 + (lane & 1) * 16,
-                                      src[m] + i64(b) * bstr[m], src_bytes[m]);
+        cp_async16_pf_if<SMELT_MMA_L2PF>(dst + i * SB + m * 512, wp[m] + i * bstr[m], src_bytes[m], ok);
+      cp_async_commit();
     }
-    cp_async_commit();
   }
 
   // Blocks b0 .. b0 + D - 1 into slots 0 .. D - 1 (FP4: sc[j] = block b0 + j's scales); FP8: the segment's scale
@@ -363,8 +369,7 @@ struct MmaSegment {
       issue_fp4_group(0, D, b0);
       return;
     }
-#pragma unroll
-    for (int j = 0; j < D; ++j) issue(j, b0 + j);
+    issue_fp8_group(0, D, b0);
     {
       const int lane = threadIdx.x & 31;
       for (int i = lane; i < b1 - b0; i += 32)
@@ -465,8 +470,7 @@ struct MmaSegment {
         for (int j = 0; j < G; ++j)
           if (b + j < b1) consume<NC, NZ>(slot + j, b + j, 0u, xrow, xsl, acc);
         __syncwarp();  // the slots read by all lanes before they are refilled
-#pragma unroll
-        for (int j = 0; j < G; ++j) issue(slot + j, b + j + D);
+        issue_fp8_group(slot, G, b + D);
         slot = (slot + G) & (D - 1);
       }
     }

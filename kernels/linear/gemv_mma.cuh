@@ -325,13 +325,13 @@ struct MmaSegment {
   // arithmetic for four scale bytes and the copy and a branch, of the ~150 a block cost (SASS, H200).
   __device__ __forceinline__ void issue_fp4(int slot, int i, bool ok, const u8* const* sp, const u8* wp, u32& scale) {
     cp_async16_pf_if<SMELT_MMA_L2PF>(wdst + slot * SB, wp, wbytes, ok && wlane);
-    u32 s = 0;
+    u32 h[NW];  // matrix m: bytes (row g, row g + 8) in the low half
 #pragma unroll
     for (int m = 0; m < NW; ++m) {
       const u32 a = ok ? u32(__ldg(sp[2 * m] + i)) : 0u, b = ok ? u32(__ldg(sp[2 * m + 1] + i)) : 0u;
-      s |= (a | (b << 8)) << (16 * m);
+      h[m] = prmt(a, b, 0x1140u);  // bytes a, b, 0, 0 (a byte 1 is 0)
     }
-    scale = s;
+    scale = NW == 2 ? prmt(h[0], h[NW - 1], 0x5410u) : h[0];  // byte permutes: the shift-or had cost twice as many
     cp_async_commit();
   }
   // Blocks bn .. bn + n - 1 into slots j0 .. j0 + n - 1 (call unrolled: j0, n constants).

@@ -17,7 +17,7 @@
 // (row g + 8). A block sum does not care which k pairs with which as long as A and B agree: a lane holds the 8
 // contiguous weights tig*8 .. tig*8 + 7 of rows g and g + 8 of the block and the 8 activations at the same k of
 // token row g, paired (0,1) (2,3) | (4,5) (6,7) for FP8 (MMA 0 | MMA 1) and (0,4) (1,5) | (2,6) (3,7) for FP4
-// (the pairs wo_e2m1_pairs makes), the activations re-paired to match.
+// (the pairs wo_e2m1_pairs makes), the activations staged in that order for the FP4 kernels (mma_stage_quant<true>).
 //
 // K may be split into S segments over the warps of a block: each warp folds its segment in K order from 0, the
 // segment partials are added in segment order (deterministic; differs from one fold by fp32 rounding only).

@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -111,9 +112,22 @@ DevPtr Gpu::alloc(size_t bytes) {
 
 void Gpu::upload(DevPtr dst, const void* src, size_t bytes) { check(api.cuMemcpyHtoD(dst, src, bytes), "upload"); }
 
+// SMELT_TEST_NVRTC_OPTIONS (space-separated, e.g. "-DSMELT_MMA_TPW=2"): the kernels' plan-time knobs under test.
+static const std::vector<std::string>& test_nvrtc_options() {
+  static const std::vector<std::string> opts = [] {
+    std::vector<std::string> v;
+    if (const char* o = std::getenv("SMELT_TEST_NVRTC_OPTIONS")) {
+      std::istringstream in(o);
+      for (std::string t; in >> t;) v.push_back(t);
+    }
+    return v;
+  }();
+  return opts;
+}
+
 bool Gpu::aq_weights_tiled() const {
-  const char* o = std::getenv("SMELT_TEST_NVRTC_OPTIONS");
-  if (o && std::string(o).find("-DSMELT_W_TILED=0") != std::string::npos) return false;
+  const auto& o = test_nvrtc_options();
+  if (std::find(o.begin(), o.end(), "-DSMELT_W_TILED=0") != o.end()) return false;
   return std::atoi(arch_.c_str() + 3) >= 89;
 }
 
@@ -125,13 +139,7 @@ void Gpu::download(void* dst, DevPtr src, size_t bytes) { check(api.cuMemcpyDtoH
 void* Gpu::function(const std::string& family, const char* name, unsigned shmem) {
   auto it = modules_.find(family);
   if (it == modules_.end()) {
-    // SMELT_TEST_NVRTC_OPTIONS (space-separated, e.g. "-DSMELT_MMA_TPW=2"): the kernels' plan-time knobs under test.
-    std::vector<std::string> extra;
-    if (const char* o = std::getenv("SMELT_TEST_NVRTC_OPTIONS")) {
-      std::istringstream in(o);
-      for (std::string t; in >> t;) extra.push_back(t);
-    }
-    cuda_compile::Image img = cuda_compile::compile(cuda_compile::kernel_source(family), arch_, extra);
+    cuda_compile::Image img = cuda_compile::compile(cuda_compile::kernel_source(family), arch_, test_nvrtc_options());
     void* m = nullptr;
     check(api.cuModuleLoadData(&m, img.bytes.data()), "loading the " + family + " module");
     it = modules_.emplace(family, m).first;

@@ -102,22 +102,8 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_b
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes)
                : "memory");
 }
-// The same with an L2 prefetch hint: the L2 fetches the aligned PF bytes (64, 128 or 256) around src.
-template <int PF>
-__device__ __forceinline__ void cp_async16_pf(void* dst, const void* src, int src_bytes) {
-  if constexpr (PF == 64)
-    asm volatile("cp.async.cg.shared.global.L2::64B [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src),
-                 "r"(src_bytes) : "memory");
-  else if constexpr (PF == 128)
-    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src),
-                 "r"(src_bytes) : "memory");
-  else if constexpr (PF == 256)
-    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src),
-                 "r"(src_bytes) : "memory");
-  else
-    cp_async16(dst, src, src_bytes);
-}
-// The same to a shared-space address, issued only when ok (a predicate, not a branch: no reconvergence barrier).
+// The same to a shared-space address with an L2 prefetch hint (the L2 fetches the aligned PF bytes, 64, 128 or 256,
+// around src; 0: none), issued only when ok (a predicate, not a branch: no reconvergence barrier).
 template <int PF>
 __device__ __forceinline__ void cp_async16_pf_if(u32 dst, const void* src, int src_bytes, bool ok) {
 #define SMELT_CP_ASYNC_IF(HINT)                                                                               \

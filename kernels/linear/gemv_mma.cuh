@@ -307,8 +307,9 @@ struct MmaSegment {
         sA[m] = sB[m] = ws[m] + ((nm < N ? nm : n0) >> sh) * ncols;
       }
     }
-    if (!FP4) wdst = smem_addr(ring) + (lane >> 1) * 32 + (lane & 1) * 16;
-    if (FP4) {
+    if (!FP4) {
+      wdst = smem_addr(ring) + (lane >> 1) * 32 + (lane & 1) * 16;
+    } else {
       const bool hi = NW == 2 && lane >= 16;
       wsrc = hi ? src[NW - 1] : src[0];
       wstr = hi ? bstr[NW - 1] : bstr[0];
@@ -321,8 +322,8 @@ struct MmaSegment {
   // FP4: the copy of block b = bn + i into ring slot `slot` and its scales into `scale` when b < b1_; one commit group
   // either way. sp: the scale pointers (matrix m rows g / g + 8 at 2m / 2m + 1) advanced to block bn, wp: this lane's
   // copy source of block b. Predicated, not branched, and (unrolled: slot and i constants) addressed by immediate
-  // offsets from bases set once per group: the general issue() spent ~35 instructions a block on 64-bit address
-  // arithmetic for four scale bytes and the copy and a branch, of the ~150 a block cost (SASS, H200).
+  // offsets from bases set once per group: the per-block issue this replaced spent ~35 instructions a block on 64-bit
+  // address arithmetic for four scale bytes and the copy and a branch, of the ~150 a block cost (SASS, H200).
   __device__ __forceinline__ void issue_fp4(int slot, int i, bool ok, const u8* const* sp, const u8* wp, u32& scale) {
     cp_async16_pf_if<SMELT_MMA_L2PF>(wdst + slot * SB, wp, wbytes, ok && wlane);
     u32 h[NW];  // matrix m: bytes (row g, row g + 8) in the low half
@@ -367,10 +368,8 @@ struct MmaSegment {
     b0_ = b0, b1_ = b1;
     if constexpr (FP4) {
       issue_fp4_group(0, D, b0);
-      return;
-    }
-    issue_fp8_group(0, D, b0);
-    {
+    } else {
+      issue_fp8_group(0, D, b0);
       const int lane = threadIdx.x & 31;
       for (int i = lane; i < b1 - b0; i += 32)
 #pragma unroll

@@ -110,7 +110,9 @@ Image compile(const KernelSource& src, const std::string& arch, const std::vecto
   const auto& t = table();
   img.source_hash = detail::fnv1a(src.text, detail::fnv1a(t.headers_key));
 
-  std::vector<std::string> options = {"--gpu-architecture=" + arch};
+  // sm_90 cubins are built for sm_90a (every sm_90 GPU runs them): the FP4 expert GEMVs use wgmma, which only the
+  // arch-specific target has (kernels/linear/gemv_mma.cuh SMELT_WGMMA). PTX stays portable compute_90.
+  std::vector<std::string> options = {"--gpu-architecture=" + (arch == "sm_90" ? std::string("sm_90a") : arch)};
   options.insert(options.end(), base_options().begin(), base_options().end());
   options.insert(options.end(), extra_options.begin(), extra_options.end());
   int major = 0, minor = 0;

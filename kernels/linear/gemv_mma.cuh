@@ -61,6 +61,58 @@ constexpr int kMmaWarps = 8;  // block of 256 threads
 #endif
 constexpr int kMmaRingBytes = SMELT_MMA_RING_BYTES;  // per warp
 
+// wgmma (sm_90a: the compiler builds sm_90 cubins for sm_90a, compiler/cuda/nvrtc.cc; PTX and other archs have none).
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define SMELT_WGMMA 1
+#else
+#define SMELT_WGMMA 0
+#endif
+
+// Eight E2M1 nibbles (k 0..7 of a row: byte j holds k 2j low, 2j + 1 high) -> E4M3 codes of their values * 2^-6, lo =
+// k 0, 2, 4, 6 and hi = k 1, 3, 5, 7 (byte j each). Exact: a nibble's three magnitude bits, moved to bits 2-4 of a
+// byte, are the E4M3 exponent's low two bits and the first mantissa bit (value * 2^-6, subnormals included) and its
+// sign goes to bit 7 (the high nibbles' sign is already there). Seven instructions for eight values, where the f16
+// pairs cost four for two.
+__device__ __forceinline__ void e2m1x8_e4m3(u32 w, u32& lo, u32& hi) {
+  lo = ((w << 2) & 0x1C1C1C1Cu) | ((w << 4) & 0x80808080u);
+  hi = ((w >> 2) & 0x1C1C1C1Cu) | (w & 0x80808080u);
+}
+
+#if SMELT_WGMMA
+// Shared-memory matrix descriptor of a wgmma B operand (K-major, no swizzle) whose column 0 is the 32 bytes at smem
+// address a: core matrices of 8 columns x 16 bytes, column n at + 16 n, the second core matrix (k 16..31) at + 16
+// (both byte offsets 16, so either reading of which offset is the k step gives the same). Columns 1..7 then read the
+// bytes after (unused: only column 0 is a real token row).
+// The descriptor's low word (start address / 16, the first offset); the high word is the second offset (1).
+// The block at + 32 bytes is lo + 2: the start field (14 bits, shared memory < 256 KB) never carries.
+__device__ __forceinline__ u32 wgmma_desc_col0_lo(u32 a) { return ((a & 0x3FFFFu) >> 4) | (1u << 16); }
+__device__ __forceinline__ u64 wgmma_desc(u32 lo) {
+  u64 d;
+  asm("mov.b64 %0, {%1, %2};" : "=l"(d) : "r"(lo), "r"(1u));
+  return d;
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+// Until at most N committed groups of this warp's wgmmas are pending.
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+// d = A . B for a 64 x 32 E4M3 A from registers (this warp's 16 rows: a0 row g, k 4 tig ..; a1 row g + 8; a2 row g,
+// k 16 + 4 tig ..; a3 row g + 8) and B 32 x 8 at desc; fp32 result, issued asynchronously (wgmma_wait, then
+// wgmma_ready on d).
+__device__ __forceinline__ void wgmma_e4m3_64x8x32(float* d, const u32* a, u64 desc) {
+  asm volatile(
+      "{ .reg .pred p; setp.ne.b32 p, %9, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1; }"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(0)
+      : "memory");
+}
+// After wgmma_wait: d is read only from here on (the compiler sees the registers change here, after the wait).
+__device__ __forceinline__ void wgmma_ready(float& d) { asm volatile("" : "+f"(d)::"memory"); }
+#endif
+
 // Byte stride of a staged row (K activation codes as f16, 2 bytes each): + 64 so that the 8 token rows' 16-byte
 // loads of one block (lanes g, tig at g * stride + tig * 16) fall on distinct banks. K % 32 == 0.
 __host__ __device__ constexpr int mma_x_stride(int K) { return 2 * K + 64; }
@@ -118,10 +170,16 @@ __device__ __forceinline__ void f16x8_repair(uint4 x, u32* b) {
 // Act quant of `rows` rows of x (contiguous, K floats each) per token in K-blocks of 32, exactly as
 // gemv_stage_quant / smelt_act_quant_b32 (same scales, same codes), staged as the codes' f16 values (exact) at
 // xq[r * stride + 2 k] (the MMAs' B operand needs no conversion per block) and scales xsc[b * 8 + r]. NaN codes are
-// staged as 0 (e4m3_units gives them 0 in the exact kernels). FP4: each 8 codes staged in the order the FP4
-// weights' nibbles pair, (x0,x4) (x1,x5) (x2,x6) (x3,x7) (f16x8_repair's, once here instead of every block of every
-// tile). Call with all threads; synchronises.
-template <bool FP4>
+// staged as 0 (e4m3_units gives them 0 in the exact kernels). kStageF16Paired: each 8 codes staged in the order the
+// FP4 weights' nibbles pair, (x0,x4) (x1,x5) (x2,x6) (x3,x7) (f16x8_repair's, once here instead of every block of
+// every tile). kStageE4m3Split: the codes as bytes at xq[r * stride + 32 b + slot]. Call with all threads;
+// synchronises.
+// Staging of the activation codes (mma_stage_quant's Mode): f16 values in k order (the FP8 MMAs), f16 values paired as
+// the FP4 nibbles pair (the FP4 f16 MMAs), or the E4M3 codes themselves, each block's even k then its odd k (the
+// wgmma FP4 path: e2m1x8_e4m3's lo / hi words; 32 bytes a block).
+constexpr int kStageF16 = 0, kStageF16Paired = 1, kStageE4m3Split = 2;
+
+template <int Mode>
 __device__ __forceinline__ void mma_stage_quant(const float* x, int rows, int K, u8* xq, int stride, float* xsc) {
   // A thread per 32-block (not a warp with shuffles): the staging sits before every block's first MMA, and the
   // serial warp version cost ~70 dependent instructions per block (Nsight Compute). The maximum of |x| is the same
@@ -162,6 +220,16 @@ __device__ __forceinline__ void mma_stage_quant(const float* x, int rows, int K,
       w[i] = e4m3x4_nan_to_zero(c);
     }
     const int r = u / nb, b = u - r * nb;
+    if (Mode == kStageE4m3Split) {
+      xsc[b * 8 + r] = a.s;
+      // k 8i .. 8i + 7 are w[2i], w[2i + 1]: their even k to bytes 4i .. 4i + 3, their odd k to 16 + 4i ..
+      uint4* dst = reinterpret_cast<uint4*>(xq + r * stride + b * 32);
+      dst[0] = make_uint4(prmt(w[0], w[1], 0x6420u), prmt(w[2], w[3], 0x6420u), prmt(w[4], w[5], 0x6420u),
+                          prmt(w[6], w[7], 0x6420u));
+      dst[1] = make_uint4(prmt(w[0], w[1], 0x7531u), prmt(w[2], w[3], 0x7531u), prmt(w[4], w[5], 0x7531u),
+                          prmt(w[6], w[7], 0x7531u));
+      continue;
+    }
     u32 h[16];
 #pragma unroll
     for (int i = 0; i < 8; ++i) e4m3x4_f16(w[i], h[2 * i], h[2 * i + 1]);
@@ -169,7 +237,7 @@ __device__ __forceinline__ void mma_stage_quant(const float* x, int rows, int K,
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const uint4 q = make_uint4(h[4 * i], h[4 * i + 1], h[4 * i + 2], h[4 * i + 3]);
-      if (FP4) {
+      if (Mode == kStageF16Paired) {
         u32 f[4];
         f16x8_repair(q, f);
         dst[i] = make_uint4(f[0], f[1], f[2], f[3]);
@@ -179,6 +247,10 @@ __device__ __forceinline__ void mma_stage_quant(const float* x, int rows, int K,
     }
     xsc[b * 8 + r] = a.s;
   }
+#if SMELT_WGMMA
+  // wgmma reads its B operand through the async proxy: these generic-proxy stores must be made visible to it.
+  if (Mode == kStageE4m3Split) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
   __syncthreads();
 }
 
@@ -475,6 +547,74 @@ struct MmaSegment {
     }
   }
 
+#if SMELT_WGMMA
+  // FP4, one token row, sm_90a: run()'s ring, with each block's sums by wgmma (m64n8k32 E4M3, A from registers) over
+  // the four warps of a warpgroup, which walk the same blocks of their 4 x 16 rows (every call warpgroup-uniform).
+  // The nibbles become E4M3 codes * 2^-6 (e2m1x8_e4m3: 7 instructions for 8 weights, where the f16 pairs cost 16)
+  // and meet the activation codes (staged kStageE4m3Split) in the tensor core; sm_90 has no E4M3 mma.sync. x0: the
+  // smem address of block 0 of the token row; the block sum is c * 2^6, folded into the activation scale (powers of
+  // two). acc[m] = rows g, g + 8 of matrix m (lanes tig == 0 hold token row 0).
+  __device__ __forceinline__ void run_wg(int b0, int b1, u32 x0, const float* xsl, float (*acc)[2]) {
+    static_assert(FP4, "the wgmma path is FP4's");
+    constexpr int G = SMELT_MMA_GROUP;
+    static_assert(D % G == 0 && G >= 2, "the ring holds whole groups");
+    const int lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+    const u32 dlo = wgmma_desc_col0_lo(x0);
+    // Block j of the group: its words to E4M3 fragments, then its wgmmas (also for blocks past b1: stale slots, bytes
+    // after the staged row; not folded), so that no wgmma sits under a branch (ptxas serializes those).
+    auto mma = [&](int j0, int j, int b, u32 (*a)[4], float (*c)[4]) {
+#pragma unroll
+      for (int m = 0; m < NW; ++m) {
+        const u8* st = ring + (j0 + j) * SB + m * 256 + tig * 4;
+        e2m1x8_e4m3(*reinterpret_cast<const u32*>(st + g * 16), a[m][0], a[m][2]);
+        e2m1x8_e4m3(*reinterpret_cast<const u32*>(st + (g + 8) * 16), a[m][1], a[m][3]);
+      }
+      wgmma_fence();
+#pragma unroll
+      for (int m = 0; m < NW; ++m) wgmma_e4m3_64x8x32(c[m], a[m], wgmma_desc(dlo + 2 * u32(b)));
+      wgmma_commit();
+    };
+    auto fold = [&](int b, u32 scale, float (*c)[4]) {
+      float ws[2 * NW];
+      e8m0x4_decode<2 * NW>(scale, ws);
+      const float xf = __fmul_rn(xsl[b * 8], 64.f);
+#pragma unroll
+      for (int m = 0; m < NW; ++m) {
+        wgmma_ready(c[m][0]), wgmma_ready(c[m][2]);
+        mma_fold<1>(acc[m], c[m], xf, 0.f, ws[2 * m], ws[2 * m + 1]);
+      }
+    };
+    for (int bb = b0; bb < b1; bb += D) {
+#pragma unroll
+      for (int j0 = 0; j0 < D; j0 += G) {
+        if (bb + j0 >= b1) break;  // uniform
+        cp_async_wait<D - G>();
+        __syncwarp();
+        u32 scale[G];
+#pragma unroll
+        for (int j = 0; j < G; ++j) scale[j] = sc[j0 + j];
+        // Two blocks in flight: block j's wgmmas run while block j + 1's words convert (double-buffered fragments
+        // and sums; a wait for all of them after each block left every warp idle for the MMA's latency).
+        u32 a[2][NW][4];
+        float c[2][NW][4];
+        mma(j0, 0, bb + j0, a[0], c[0]);
+#pragma unroll
+        for (int j = 1; j < G; ++j) {
+          mma(j0, j, bb + j0 + j, a[j & 1], c[j & 1]);
+          if (j == G - 1) {  // the group's words and scales are in registers: refill its slots
+            __syncwarp();
+            issue_fp4_group(j0, G, bb + j0 + D);
+          }
+          wgmma_wait<1>();  // block j - 1's sums
+          if (bb + j0 + j - 1 < b1) fold(bb + j0 + j - 1, scale[j - 1], c[(j - 1) & 1]);
+        }
+        wgmma_wait<0>();
+        if (bb + j0 + G - 1 < b1) fold(bb + j0 + G - 1, scale[G - 1], c[(G - 1) & 1]);
+      }
+    }
+  }
+#endif
+
   // run(), then, FP8 only, the NZ pass over the segment again when any of the warp's sums is NaN (a NaN weight code;
   // or a NaN scale or activation, which the NZ pass reproduces as the exact kernels do).
   template <int NC>
@@ -504,16 +644,17 @@ __device__ __forceinline__ void mma_seg_range(int nb, int s, int S, int& b0, int
 
 // K-split combine: every warp of the block stores its n partials (n <= 4) in part, then the warp of segment 0 of
 // each tile adds the other segments' in segment order. Call with all threads (S > 1 only); synchronises twice.
+// WR: warps that walk one tile together (4 on the wgmma path: segment s of warp w's tile is warp w + s * WR's).
 template <int NV>
-__device__ __forceinline__ void mma_combine(float* part, float* v, int S) {
+__device__ __forceinline__ void mma_combine(float* part, float* v, int S, int WR = 1) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 #pragma unroll
   for (int i = 0; i < NV; ++i) part[(warp * 4 + i) * 32 + lane] = v[i];
   __syncthreads();
-  if (warp % S == 0)
+  if ((warp / WR) % S == 0)
     for (int s = 1; s < S; ++s)
 #pragma unroll
-      for (int i = 0; i < NV; ++i) v[i] = __fadd_rn(v[i], part[((warp + s) * 4 + i) * 32 + lane]);
+      for (int i = 0; i < NV; ++i) v[i] = __fadd_rn(v[i], part[((warp + s * WR) * 4 + i) * 32 + lane]);
   __syncthreads();
 }
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <string>
 
@@ -65,12 +66,36 @@ bool try_linear_mma(Ctx& c, DevPtr x, DevPtr y, const LinearW& f, DevPtr w, DevP
   return true;
 }
 
+// FP4 experts on sm_90 by wgmma (moe_mma.cu smelt_moe_*_fp4_wgmma; the plan's sm_90 cubins are sm_90a), unless
+// $SMELT_CUDA_WGMMA=0 (the mma.sync kernels, A/B timing).
+bool wgmma_experts(const OpLaunch& l, const LinearW& f) {
+  static const bool on = [] {
+    const char* v = std::getenv("SMELT_CUDA_WGMMA");
+    return !(v && std::string(v) == "0");
+  }();
+  return on && l.arch == 90 && std::string(f.fmt) == "fp4";
+}
+
 bool try_experts_mma(Ctx& c, const ExpertsLaunch& a) {
   if (!a.f.quant || a.topk < 1 || a.topk > 8 || a.D % 32 || a.F % 32) return false;
   const unsigned smem_up = mma_smem(a.D, 1), smem_down = mma_smem(a.F, a.topk);
   if (smem_up > mma_smem_max(c.l) || smem_down > mma_smem_max(c.l)) return false;
   const unsigned blocks = gemv_blocks(c.l);
   const int rb = 1;  // the model's numerics (the caller's branch)
+  if (wgmma_experts(c.l, a.f)) {
+    // A tile is 64 rows (up) / 64 x kMmaDownTpw (down) walked by a warpgroup, two a block; K split in at most 2
+    // (the split rule counted in 16-row tiles of a warp, as for the mma.sync kernels).
+    const int64_t tiles_up = int64_t(a.topk) * ((a.F + 63) / 64);
+    const int64_t tiles_down = int64_t(a.topk) * ((a.D + 64 * kMmaDownTpw - 1) / (64 * kMmaDownTpw));
+    const int s_up = std::min(2, ksplit(4 * tiles_up, a.D / 32, blocks));
+    const int s_down = std::min(2, ksplit(4 * tiles_down, a.F / 32, blocks));
+    auto wg_grid = [&](int64_t tiles, int S) { return unsigned(std::min<int64_t>((tiles * S + 1) / 2, blocks)); };
+    c.go("smelt_moe_up_fp4_wgmma", wg_grid(tiles_up, s_up), 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk,
+         a.idx, a.n_experts, a.rw, a.ew, int(a.f.blk), a.limit, rb, a.h, s_up);
+    c.go("smelt_moe_down_fp4_wgmma", wg_grid(tiles_down, s_down), 1, 1, kMmaWarps * 32, smem_down, a.h, a.D, a.F,
+         a.topk, a.idx, a.n_experts, a.ew, int(a.f.blk), rb, int(!a.routed && a.round), a.out, s_down);
+    return true;
+  }
   const int64_t tiles_up = int64_t(a.topk) * ((a.F + 15) / 16);
   const int64_t tiles_down = int64_t(a.topk) * ((a.D + 16 * kMmaDownTpw - 1) / (16 * kMmaDownTpw));
   const int s_up = ksplit(tiles_up, a.D / 32, blocks), s_down = ksplit(tiles_down, a.F / 32, blocks);

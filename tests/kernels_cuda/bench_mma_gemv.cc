@@ -3,7 +3,7 @@
 // _TPW, _L2PF; SMELT_W_TILED) x launch shape (blocks per multiprocessor, K split), timed on the GPU against the device copy bandwidth
 // measured in the same run. A benchmark, not a test: it checks nothing (test_mma_kernels_gpu does).
 //
-//   bench_mma_gemv compile DIR [--arch sm_90]   no GPU needed (NVRTC): DIR/<variant>.<family>.cubin
+//   bench_mma_gemv compile DIR [--arch sm_90] [--variants A,B]   no GPU needed (NVRTC): DIR/<variant>.<family>.cubin
 //   bench_mma_gemv run DIR [--iters N] [--only SHAPE] [--variants A,B] [--pdl]
 //                                               GPU: one line per (shape, variant, launch), then a summary
 //
@@ -42,6 +42,7 @@ struct Variant {
   int down_tpw = 2;  // SMELT_MMA_DOWN_TPW: the same for the experts' down projection
   int l2pf = 128;    // SMELT_MMA_L2PF: L2 prefetch hint of the weight copies (bytes)
   int fp4_pair_stages = 8;  // SMELT_MMA_FP4_PAIR_STAGES: ring stages of the experts' FP4 gate + up segment
+  int wg = 0;        // routed FP4 experts by the wgmma kernels (sm_90: 64-row tiles of a warpgroup)
 };
 // "base" is what the runtime compiles (the knobs' defaults). Every FP4 stage of two matrices is 512 bytes and an FP8
 // one of two matrices 1 KB; a ring must hold at least one group of stages (group <= ring / stage). The codes are
@@ -55,6 +56,7 @@ const Variant kVariants[] = {
     {"down1", 8192, 2, 4, 1, 1, 1},           // one 16-row tile a warp in the experts' down (the default until session 8)
     {"p16", 8192, 2, 4, 1, 1, 2, 128, 16},    // 16 ring stages for the FP4 gate + up (slower: 45.6 vs 43.7 us)
     {"mb3r4k", 4096, 3, 4},                   // three blocks a multiprocessor (80 registers, a few spilled)
+    {"wg", 8192, 2, 4, 1, 1, 2, 128, 8, 1},     // the FP4 experts on wgmma (what the runtime launches on sm_90)
 };
 
 std::vector<std::string> defines(const Variant& v) {
@@ -134,10 +136,12 @@ std::vector<uint8_t> read_file(const std::string& path) {
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
 }
 
-int compile(const std::string& dir, const std::string& arch) {
+// --variants A,B: those only (every variant without it).
+int compile(const std::string& dir, const std::string& arch, const std::string& variants) {
   namespace cc = smelt::cuda_compile;
   for (const auto& v : kVariants)
     for (const char* fam : {"linear", "moe"}) {
+      if (!variants.empty() && ("," + variants + ",").find("," + std::string(v.name) + ",") == std::string::npos) continue;
       std::fprintf(stderr, "compiling %s for %s (%s)\n", fam, arch.c_str(), v.name);
       const cc::Image img = cc::compile(cc::kernel_source(fam), arch, defines(v));
       std::ofstream f(dir + "/" + v.name + "." + fam + ".cubin", std::ios::binary);
@@ -259,6 +263,7 @@ int run(const std::string& dir, int iters, const std::string& only, const std::s
         int64_t tiles;
         unsigned smem;
         double bytes;
+        int wr = 1;  // warps a tile: 4 for the wgmma kernels (a warpgroup; K split <= 2)
       };
       std::vector<L> ls;
       if (sh.kind == kLinear) {
@@ -268,19 +273,28 @@ int run(const std::string& dir, int iters, const std::string& only, const std::s
         const int topk = fp4 ? kTopk : 1;
         const std::string f = fp4 ? "fp4" : "fp8";
         const double down = bytes / 2;  // w2 + s2 = half of w1 + s1 + w3 + s3
-        ls.push_back({moe, "smelt_moe_up_" + f + "_mma", K, int64_t(topk) * ((N + 15) / 16), mma_smem(K, 1, v->ring), bytes});
-        ls.push_back({moe, "smelt_moe_down_" + f + "_mma", N, int64_t(topk) * ((K + 16 * v->down_tpw - 1) / (16 * v->down_tpw)),
-                      mma_smem(N, topk, v->ring), down});
+        if (fp4 && v->wg) {  // ops_mma.cc's wgmma launch: 64 x (1, down_tpw) rows a tile
+          ls.push_back({moe, "smelt_moe_up_fp4_wgmma", K, int64_t(topk) * ((N + 63) / 64), mma_smem(K, 1, v->ring), bytes, 4});
+          ls.push_back({moe, "smelt_moe_down_fp4_wgmma", N,
+                        int64_t(topk) * ((K + 64 * v->down_tpw - 1) / (64 * v->down_tpw)), mma_smem(N, topk, v->ring),
+                        down, 4});
+        } else {
+          ls.push_back({moe, "smelt_moe_up_" + f + "_mma", K, int64_t(topk) * ((N + 15) / 16), mma_smem(K, 1, v->ring), bytes});
+          ls.push_back({moe, "smelt_moe_down_" + f + "_mma", N,
+                        int64_t(topk) * ((K + 16 * v->down_tpw - 1) / (16 * v->down_tpw)), mma_smem(N, topk, v->ring), down});
+        }
       }
       for (const L& l : ls) {
         const int occ = gpu().occupancy(l.fam, l.fn.c_str(), 256, l.smem);
         const int nb = l.K / 32;
-        const int S_launcher = ksplit(l.tiles, nb, unsigned(2 * sms));
+        const int S_launcher = l.wr == 4 ? std::min(2, ksplit(4 * l.tiles, nb, unsigned(2 * sms)))
+                                         : ksplit(l.tiles, nb, unsigned(2 * sms));
         for (int bps = 1; bps <= std::min(occ, 4); ++bps)
           for (int S : {1, 2, 4, 8}) {
-            if (nb / S < 4) continue;
+            if (nb / S < 4 || S * l.wr > 8) continue;
             if (launcher_only && !(bps == 2 && S == S_launcher)) continue;  // --launcher (profiling: ncu -s N -c 1)
-            const int64_t groups = (l.tiles + 8 / S - 1) / (8 / S);
+            const int per_block = 8 / l.wr / S;  // tiles a block group
+            const int64_t groups = (l.tiles + per_block - 1) / per_block;
             const unsigned grid = unsigned(std::min<int64_t>(groups, int64_t(bps) * sms));
             auto go = [&](int i) {
               const int c = i % copies;
@@ -377,7 +391,7 @@ int run(const std::string& dir, int iters, const std::string& only, const std::s
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s compile DIR [--arch sm_90] | run DIR [--iters N] [--only SHAPE] [--variants A,B] [--pdl] [--launcher]\n",
+    std::fprintf(stderr, "usage: %s compile DIR [--arch sm_90] [--variants A,B] | run DIR [--iters N] [--only SHAPE] [--variants A,B] [--pdl] [--launcher]\n",
                  argv[0]);
     return 2;
   }
@@ -404,7 +418,7 @@ int main(int argc, char** argv) {
     ++i;
   }
   try {
-    if (mode == "compile") return compile(dir, arch);
+    if (mode == "compile") return compile(dir, arch, variants);
     if (mode == "run") return run(dir, iters, only, variants, pdl, launcher_only);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());

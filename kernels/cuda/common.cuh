@@ -50,6 +50,14 @@ __device__ __forceinline__ void grid_dep_launch() {
 // it reads anything else (test_kernels_nvrtc checks the family calls it), so the weight loads overlap the previous
 // kernel's tail.
 #define SMELT_KERNEL_PROLOGUE_WEIGHTS_FIRST() smelt_dev::grid_dep_launch()
+// Or: the body calls both, grid_dep_launch() only once what its successors may read early is final (the routed
+// experts' up: after its wait, so that the down, launched once every up block got there, may read the routing's expert
+// indices before its own wait).
+#define SMELT_KERNEL_PROLOGUE_IN_BODY()
+
+// An int written by a kernel that has completed but that this grid has not waited for (see
+// SMELT_KERNEL_PROLOGUE_IN_BODY), read from L2: this multiprocessor's L1 may hold the line from an earlier launch.
+__device__ __forceinline__ i32 ld_l2(const i32* p) { return __ldcg(p); }
 
 __device__ __forceinline__ float bf16_to_f32(u16 h) { return __uint_as_float(u32(h) << 16); }
 

@@ -38,9 +38,11 @@ __device__ void up_mma_body(const float* x, int D, int F, int topk, const i32* i
   // group, before the act-quant staging, which every thread of the block runs once).
   MmaSegment<FP4, 2> ms;
   const u8* xrow = g == 0 ? xq : nullptr;
-  // Routed slots: the experts come from the routing kernel, so wait first. The shared expert (idx null) has its first
-  // weight blocks in flight before the dependent-launch wait, as the linear GEMVs.
+  // Routed slots: the experts come from the routing kernel, so wait first, and only then let the down be scheduled
+  // (it reads the experts before its own wait). The shared expert (idx null) has its first weight blocks in flight
+  // before the dependent-launch wait, as the linear GEMVs.
   if (idx) grid_dep_wait();
+  grid_dep_launch();
   for (int grp = blockIdx.x; grp < groups; grp += gridDim.x) {
     const int tile = grp * tpg + unit / S;
     const int t = tile / tps, ft = (tile - t * tps) * TR, f0 = ft + 16 * q;
@@ -102,11 +104,17 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
   int b0, b1;
   mma_seg_range(nb, seg, S, b0, b1);
   MmaSegment<FP4, TPW> ms;  // as in up_mma_body: the group's first weight blocks in flight first
-  if (idx) grid_dep_wait();
+  // Routed slots too: the up lets this grid be scheduled only after its own wait for the routing, so the expert
+  // indices are final before this grid's wait (read from L2), and the first group's weights stream in while the up
+  // finishes.
   for (int grp = blockIdx.x; grp < groups; grp += gridDim.x) {
     const int tile = grp * tpg + unit / S;
     const int t = tile / tps, dt = (tile - t * tps) * TR, d0 = dt + 16 * q;
-    const int e = tile < tiles ? expert_of(idx, t, n_experts) : -1;
+    int e = -1;  // expert_of, the index read from L2
+    if (tile < tiles) {
+      const int v = idx ? ld_l2(idx + t) : 0;
+      e = v >= 0 && v < n_experts ? v : -1;
+    }
     if (e >= 0) {
       const u8* wm[TPW];
       const u8* sm[TPW];
@@ -120,7 +128,7 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
     // slot t's row: xq + t * stride, scales xsc[b * 8 + t]. A block that runs one group only stages the slots of its
     // tiles (tiles are slot-major: one or two slots of the topk), the others every slot.
     if (grp == int(blockIdx.x)) {
-      if (!idx) grid_dep_wait();
+      grid_dep_wait();
       int t_lo = 0, t_hi = topk - 1;
       if (int(gridDim.x) >= groups) {
         t_lo = (grp * tpg) / tps;
@@ -161,7 +169,7 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
   smelt_moe_up_##NAME##_##SUFFIX(const float* x, int D, int F, int topk, const i32* idx,                             \
                                  int n_experts, const float* rw, ExpertW w, int blk,                                \
                                  float limit, int rb, float* h, int ksplit) {                                       \
-    SMELT_KERNEL_PROLOGUE_WEIGHTS_FIRST(); /* the bodies wait (first, unless the shared expert) */              \
+    SMELT_KERNEL_PROLOGUE_IN_BODY(); /* wait (first, unless the shared expert), then launch the dependents */    \
     up_mma_body<FP4, WG>(x, D, F, topk, idx, n_experts, rw, w, blk, limit, rb, h, ksplit);                        \
   }                                                                                                               \
   extern "C" __global__ void __launch_bounds__(256, SMELT_MMA_MIN_BLOCKS)                                           \

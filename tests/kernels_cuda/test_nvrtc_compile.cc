@@ -44,6 +44,10 @@ TEST(KernelsNvrtc, EveryEntryPointStartsWithTheDependentLaunchPrologue) {
     for (std::sregex_iterator it(s.text.begin(), s.text.end(), entry), end; it != end; ++it, ++n)
       if ((*it)[2].str() == "SMELT_KERNEL_PROLOGUE_WEIGHTS_FIRST")  // reads weights, then waits in its body
         EXPECT_NE(s.text.find("grid_dep_wait();"), std::string::npos) << (*it)[1] << " (" << s.family << ")";
+      else if ((*it)[2].str() == "SMELT_KERNEL_PROLOGUE_IN_BODY")  // waits and launches in its body
+        EXPECT_TRUE(s.text.find("grid_dep_wait();") != std::string::npos &&
+                    s.text.find("grid_dep_launch();") != std::string::npos)
+            << (*it)[1] << " (" << s.family << ")";
       else
         EXPECT_EQ((*it)[2].str(), "SMELT_KERNEL_PROLOGUE") << (*it)[1] << " (" << s.family << ")";
   }

@@ -79,16 +79,20 @@ __device__ __forceinline__ void e2m1x8_e4m3(u32 w, u32& lo, u32& hi) {
 }
 
 #if SMELT_WGMMA
-// Shared-memory matrix descriptor of a wgmma B operand (K-major, no swizzle) whose column 0 is the 32 bytes at smem
-// address a: core matrices of 8 columns x 16 bytes, column n at + 16 n, the second core matrix (k 16..31) at + 16
-// (both byte offsets 16, so either reading of which offset is the k step gives the same). Columns 1..7 then read the
-// bytes after (unused: only column 0 is a real token row).
-// The descriptor's low word (start address / 16, the first offset); the high word is the second offset (1).
-// The block at + 32 bytes is lo + 2: the start field (14 bits, shared memory < 256 KB) never carries.
-__device__ __forceinline__ u32 wgmma_desc_col0_lo(u32 a) { return ((a & 0x3FFFFu) >> 4) | (1u << 16); }
+// Shared-memory matrix descriptor of a wgmma B operand (K-major, no swizzle) for a block of 32 activations staged at
+// smem address a as two columns: core matrices of 8 columns x 16 bytes, column n at + 16 n; k 0..15 of columns 0, 1
+// at a, a + 16, k 16..31 at a + 32, a + 48 (the second core matrix at + 32: both byte offsets 32, so either reading
+// of which offset is the k step gives the same). Columns 2..7 read the bytes after (their sums are unused).
+// Why two columns: Hopper's FP8 tensor cores add a column's 32 products at about 14 bits aligned to the largest, so
+// next to an outlier activation the small products lost their low bits (ops of the V4.1 tiny backbone differed from
+// the exact sums by up to 4% of their scale); codes with |x| >= 2 go to column 0, the others to column 1, each summed
+// against its own largest product, and the block sum is column 0 + column 1.
+// The descriptor's low word (start address / 16, the first offset); the high word is the second offset (2). The next
+// block (+ 64 bytes) is lo + 4: the start field (14 bits, shared memory < 256 KB) never carries.
+__device__ __forceinline__ u32 wgmma_desc_col01_lo(u32 a) { return ((a & 0x3FFFFu) >> 4) | (2u << 16); }
 __device__ __forceinline__ u64 wgmma_desc(u32 lo) {
   u64 d;
-  asm("mov.b64 %0, {%1, %2};" : "=l"(d) : "r"(lo), "r"(1u));
+  asm("mov.b64 %0, {%1, %2};" : "=l"(d) : "r"(lo), "r"(2u));
   return d;
 }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
@@ -172,11 +176,11 @@ __device__ __forceinline__ void f16x8_repair(uint4 x, u32* b) {
 // xq[r * stride + 2 k] (the MMAs' B operand needs no conversion per block) and scales xsc[b * 8 + r]. NaN codes are
 // staged as 0 (e4m3_units gives them 0 in the exact kernels). kStageF16Paired: each 8 codes staged in the order the
 // FP4 weights' nibbles pair, (x0,x4) (x1,x5) (x2,x6) (x3,x7) (f16x8_repair's, once here instead of every block of
-// every tile). kStageE4m3Split: the codes as bytes at xq[r * stride + 32 b + slot]. Call with all threads;
-// synchronises.
+// every tile). kStageE4m3Split: the codes as bytes, block b at xq[r * stride + 64 b] in two columns by magnitude
+// (wgmma_desc_col01_lo). Call with all threads; synchronises.
 // Staging of the activation codes (mma_stage_quant's Mode): f16 values in k order (the FP8 MMAs), f16 values paired as
 // the FP4 nibbles pair (the FP4 f16 MMAs), or the E4M3 codes themselves, each block's even k then its odd k (the
-// wgmma FP4 path: e2m1x8_e4m3's lo / hi words; 32 bytes a block).
+// wgmma FP4 path: e2m1x8_e4m3's lo / hi words, split by magnitude into two columns; 64 bytes a block).
 constexpr int kStageF16 = 0, kStageF16Paired = 1, kStageE4m3Split = 2;
 
 template <int Mode>
@@ -222,12 +226,22 @@ __device__ __forceinline__ void mma_stage_quant(const float* x, int rows, int K,
     const int r = u / nb, b = u - r * nb;
     if (Mode == kStageE4m3Split) {
       xsc[b * 8 + r] = a.s;
-      // k 8i .. 8i + 7 are w[2i], w[2i + 1]: their even k to bytes 4i .. 4i + 3, their odd k to 16 + 4i ..
-      uint4* dst = reinterpret_cast<uint4*>(xq + r * stride + b * 32);
-      dst[0] = make_uint4(prmt(w[0], w[1], 0x6420u), prmt(w[2], w[3], 0x6420u), prmt(w[4], w[5], 0x6420u),
-                          prmt(w[6], w[7], 0x6420u));
-      dst[1] = make_uint4(prmt(w[0], w[1], 0x7531u), prmt(w[2], w[3], 0x7531u), prmt(w[4], w[5], 0x7531u),
-                          prmt(w[6], w[7], 0x7531u));
+      // k 8i .. 8i + 7 are w[2i], w[2i + 1]: their even k to slots 4i .. 4i + 3, their odd k to 16 + 4i ..; each
+      // code in column 0 when |x| >= 2 (E4M3 exponent field >= 8: bit 6), else in column 1, the other column 0.
+      // Columns: wgmma_desc_col01_lo's layout, 64 bytes a block.
+      uint4* dst = reinterpret_cast<uint4*>(xq + r * stride + b * 64);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {  // evens, odds
+        const u32 sel = h ? 0x7531u : 0x6420u;
+        u32 hi[4], lo[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const u32 c = prmt(w[2 * i], w[2 * i + 1], sel), big = ((c >> 6) & 0x01010101u) * 0xFFu;
+          hi[i] = c & big, lo[i] = c & ~big;
+        }
+        dst[2 * h] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+        dst[2 * h + 1] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+      }
       continue;
     }
     u32 h[16];
@@ -507,6 +521,22 @@ struct MmaSegment {
     }
   }
 
+  // The FP4 ring's groups in K order: f(bb, j0) for blocks bb + j0 .. bb + j0 + G - 1 (ring slots j0 .. j0 + G - 1,
+  // a constant once unrolled), once their copies have landed for the whole warp. f consumes them and refills the slots.
+  template <class F>
+  __device__ __forceinline__ void fp4_groups(int b0, int b1, F&& f) {
+    constexpr int G = SMELT_MMA_GROUP;
+    for (int bb = b0; bb < b1; bb += D) {
+#pragma unroll
+      for (int j0 = 0; j0 < D; j0 += G) {
+        if (bb + j0 >= b1) break;  // uniform
+        cp_async_wait<D - G>();
+        __syncwarp();
+        f(bb, j0);
+      }
+    }
+  }
+
   // Blocks [b0, b1) folded into acc, in K order; expects prefetch(b0, b1) done. One wait per group of G = 4
   // blocks (their shared loads and MMAs overlap).
   // FP8: a rolled loop over groups (run-time ring slot, the scales in shared memory): the fully unrolled ring (D / G
@@ -518,19 +548,13 @@ struct MmaSegment {
     constexpr int G = SMELT_MMA_GROUP;
     static_assert(D % G == 0, "the ring holds whole groups");
     if constexpr (FP4) {
-      for (int bb = b0; bb < b1; bb += D) {
+      fp4_groups(b0, b1, [&](int bb, int j0) {
 #pragma unroll
-        for (int j0 = 0; j0 < D; j0 += G) {
-          if (bb + j0 >= b1) break;  // uniform
-          cp_async_wait<D - G>();
-          __syncwarp();
-#pragma unroll
-          for (int j = j0; j < j0 + G; ++j)
-            if (bb + j < b1) consume<NC, NZ>(j, bb + j, sc[j], xrow, xsl, acc);
-          __syncwarp();
-          issue_fp4_group(j0, G, bb + j0 + D);
-        }
-      }
+        for (int j = j0; j < j0 + G; ++j)
+          if (bb + j < b1) consume<NC, NZ>(j, bb + j, sc[j], xrow, xsl, acc);
+        __syncwarp();
+        issue_fp4_group(j0, G, bb + j0 + D);
+      });
     } else {
       int slot = 0;
 #pragma unroll 1
@@ -559,7 +583,7 @@ struct MmaSegment {
     constexpr int G = SMELT_MMA_GROUP;
     static_assert(D % G == 0 && G >= 2, "the ring holds whole groups");
     const int lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
-    const u32 dlo = wgmma_desc_col0_lo(x0);
+    const u32 dlo = wgmma_desc_col01_lo(x0);
     // Block j of the group: its words to E4M3 fragments, then its wgmmas (also for blocks past b1: stale slots, bytes
     // after the staged row; not folded), so that no wgmma sits under a branch (ptxas serializes those).
     auto mma = [&](int j0, int j, int b, u32 (*a)[4], float (*c)[4]) {
@@ -571,7 +595,7 @@ struct MmaSegment {
       }
       wgmma_fence();
 #pragma unroll
-      for (int m = 0; m < NW; ++m) wgmma_e4m3_64x8x32(c[m], a[m], wgmma_desc(dlo + 2 * u32(b)));
+      for (int m = 0; m < NW; ++m) wgmma_e4m3_64x8x32(c[m], a[m], wgmma_desc(dlo + 4 * u32(b)));
       wgmma_commit();
     };
     auto fold = [&](int b, u32 scale, float (*c)[4]) {
@@ -580,38 +604,34 @@ struct MmaSegment {
       const float xf = __fmul_rn(xsl[b * 8], 64.f);
 #pragma unroll
       for (int m = 0; m < NW; ++m) {
-        wgmma_ready(c[m][0]), wgmma_ready(c[m][2]);
-        mma_fold<1>(acc[m], c[m], xf, 0.f, ws[2 * m], ws[2 * m + 1]);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) wgmma_ready(c[m][i]);
+        const float bs[4] = {__fadd_rn(c[m][0], c[m][1]), 0.f, __fadd_rn(c[m][2], c[m][3]), 0.f};  // the two columns
+        mma_fold<1>(acc[m], bs, xf, 0.f, ws[2 * m], ws[2 * m + 1]);
       }
     };
-    for (int bb = b0; bb < b1; bb += D) {
+    fp4_groups(b0, b1, [&](int bb, int j0) {
+      u32 scale[G];
 #pragma unroll
-      for (int j0 = 0; j0 < D; j0 += G) {
-        if (bb + j0 >= b1) break;  // uniform
-        cp_async_wait<D - G>();
-        __syncwarp();
-        u32 scale[G];
+      for (int j = 0; j < G; ++j) scale[j] = sc[j0 + j];
+      // Two blocks in flight: block j's wgmmas run while block j + 1's words convert (double-buffered fragments
+      // and sums; a wait for all of them after each block left every warp idle for the MMA's latency).
+      u32 a[2][NW][4];
+      float c[2][NW][4];
+      mma(j0, 0, bb + j0, a[0], c[0]);
 #pragma unroll
-        for (int j = 0; j < G; ++j) scale[j] = sc[j0 + j];
-        // Two blocks in flight: block j's wgmmas run while block j + 1's words convert (double-buffered fragments
-        // and sums; a wait for all of them after each block left every warp idle for the MMA's latency).
-        u32 a[2][NW][4];
-        float c[2][NW][4];
-        mma(j0, 0, bb + j0, a[0], c[0]);
-#pragma unroll
-        for (int j = 1; j < G; ++j) {
-          mma(j0, j, bb + j0 + j, a[j & 1], c[j & 1]);
-          if (j == G - 1) {  // the group's words and scales are in registers: refill its slots
-            __syncwarp();
-            issue_fp4_group(j0, G, bb + j0 + D);
-          }
-          wgmma_wait<1>();  // block j - 1's sums
-          if (bb + j0 + j - 1 < b1) fold(bb + j0 + j - 1, scale[j - 1], c[(j - 1) & 1]);
+      for (int j = 1; j < G; ++j) {
+        mma(j0, j, bb + j0 + j, a[j & 1], c[j & 1]);
+        if (j == G - 1) {  // the group's words and scales are in registers: refill its slots
+          __syncwarp();
+          issue_fp4_group(j0, G, bb + j0 + D);
         }
-        wgmma_wait<0>();
-        if (bb + j0 + G - 1 < b1) fold(bb + j0 + G - 1, scale[G - 1], c[(G - 1) & 1]);
+        wgmma_wait<1>();  // block j - 1's sums
+        if (bb + j0 + j - 1 < b1) fold(bb + j0 + j - 1, scale[j - 1], c[(j - 1) & 1]);
       }
-    }
+      wgmma_wait<0>();
+      if (bb + j0 + G - 1 < b1) fold(bb + j0 + G - 1, scale[G - 1], c[(G - 1) & 1]);
+    });
   }
 #endif
 

@@ -171,6 +171,44 @@ __device__ __forceinline__ void f16x8_repair(uint4 x, u32* b) {
   b[2] = prmt(x.y, x.w, 0x5410u), b[3] = prmt(x.y, x.w, 0x7632u);
 }
 
+// mma_stage_quant's stores of one block's 32 codes w (4 a word, k order) at dst.
+__device__ __forceinline__ void mma_stage_e4m3_split(const u32* w, u8* dst_bytes) {
+  // k 8i .. 8i + 7 are w[2i], w[2i + 1]: their even k to slots 4i .. 4i + 3, their odd k to 16 + 4i ..; each
+  // code in column 0 when |x| >= 2 (E4M3 exponent field >= 8: bit 6), else in column 1, the other column 0.
+  // Columns: wgmma_desc_col01_lo's layout, 64 bytes a block.
+  uint4* dst = reinterpret_cast<uint4*>(dst_bytes);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {  // evens, odds
+    const u32 sel = h ? 0x7531u : 0x6420u;
+    u32 hi[4], lo[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const u32 c = prmt(w[2 * i], w[2 * i + 1], sel), big = ((c >> 6) & 0x01010101u) * 0xFFu;
+      hi[i] = c & big, lo[i] = c & ~big;
+    }
+    dst[2 * h] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    dst[2 * h + 1] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+  }
+}
+template <bool Paired>
+__device__ __forceinline__ void mma_stage_f16(const u32* w, u8* dst_bytes) {
+  u32 h[16];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) e4m3x4_f16(w[i], h[2 * i], h[2 * i + 1]);
+  uint4* dst = reinterpret_cast<uint4*>(dst_bytes);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint4 q = make_uint4(h[4 * i], h[4 * i + 1], h[4 * i + 2], h[4 * i + 3]);
+    if (Paired) {
+      u32 f[4];
+      f16x8_repair(q, f);
+      dst[i] = make_uint4(f[0], f[1], f[2], f[3]);
+    } else {
+      dst[i] = q;
+    }
+  }
+}
+
 // Act quant of `rows` rows of x (contiguous, K floats each) per token in K-blocks of 32, exactly as
 // gemv_stage_quant / smelt_act_quant_b32 (same scales, same codes), staged as the codes' f16 values (exact) at
 // xq[r * stride + 2 k] (the MMAs' B operand needs no conversion per block) and scales xsc[b * 8 + r]. NaN codes are
@@ -224,46 +262,13 @@ __device__ __forceinline__ void mma_stage_quant(const float* x, int rows, int K,
       w[i] = e4m3x4_nan_to_zero(c);
     }
     const int r = u / nb, b = u - r * nb;
-    if (Mode == kStageE4m3Split) {
-      xsc[b * 8 + r] = a.s;
-      // k 8i .. 8i + 7 are w[2i], w[2i + 1]: their even k to slots 4i .. 4i + 3, their odd k to 16 + 4i ..; each
-      // code in column 0 when |x| >= 2 (E4M3 exponent field >= 8: bit 6), else in column 1, the other column 0.
-      // Columns: wgmma_desc_col01_lo's layout, 64 bytes a block.
-      uint4* dst = reinterpret_cast<uint4*>(xq + r * stride + b * 64);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {  // evens, odds
-        const u32 sel = h ? 0x7531u : 0x6420u;
-        u32 hi[4], lo[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const u32 c = prmt(w[2 * i], w[2 * i + 1], sel), big = ((c >> 6) & 0x01010101u) * 0xFFu;
-          hi[i] = c & big, lo[i] = c & ~big;
-        }
-        dst[2 * h] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-        dst[2 * h + 1] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-      }
-      continue;
-    }
-    u32 h[16];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) e4m3x4_f16(w[i], h[2 * i], h[2 * i + 1]);
-    uint4* dst = reinterpret_cast<uint4*>(xq + r * stride + b * 64);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint4 q = make_uint4(h[4 * i], h[4 * i + 1], h[4 * i + 2], h[4 * i + 3]);
-      if (Mode == kStageF16Paired) {
-        u32 f[4];
-        f16x8_repair(q, f);
-        dst[i] = make_uint4(f[0], f[1], f[2], f[3]);
-      } else {
-        dst[i] = q;
-      }
-    }
     xsc[b * 8 + r] = a.s;
+    if constexpr (Mode == kStageE4m3Split) mma_stage_e4m3_split(w, xq + r * stride + b * 64);
+    else mma_stage_f16<Mode == kStageF16Paired>(w, xq + r * stride + b * 64);
   }
 #if SMELT_WGMMA
   // wgmma reads its B operand through the async proxy: these generic-proxy stores must be made visible to it.
-  if (Mode == kStageE4m3Split) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  if constexpr (Mode == kStageE4m3Split) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 #endif
   __syncthreads();
 }

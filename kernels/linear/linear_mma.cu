@@ -55,7 +55,7 @@ __device__ void gemv_mma_body(const float* x, float* y, const u8* w, const u8* w
         ms.init(wm, wsm, i64(tile) * 16 * TPW, N, K, blk, ring, scl, 16);
         ms.prefetch(b0, b1);
       }
-      ms.run_checked<NC>(b0, b1, xrow, xsl, acc);
+      ms.template run_checked<NC>(b0, b1, xrow, xsl, acc);
     }
     if (S > 1) {
       constexpr int NV = TPW * 2 * NC;  // part holds 4 values a warp: two combines past 4

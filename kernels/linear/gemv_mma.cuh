@@ -17,7 +17,7 @@
 // (row g + 8). A block sum does not care which k pairs with which as long as A and B agree: a lane holds the 8
 // contiguous weights tig*8 .. tig*8 + 7 of rows g and g + 8 of the block and the 8 activations at the same k of
 // token row g, paired (0,1) (2,3) | (4,5) (6,7) for FP8 (MMA 0 | MMA 1) and (0,4) (1,5) | (2,6) (3,7) for FP4
-// (the pairs wo_e2m1_pairs makes), the activations staged in that order for the FP4 kernels (mma_stage_quant<true>).
+// (the pairs wo_e2m1_pairs makes), the activations staged in that order for the FP4 kernels (mma_stage_quant<kStageF16Paired>).
 //
 // K may be split into S segments over the warps of a block: each warp folds its segment in K order from 0, the
 // segment partials are added in segment order (deterministic; differs from one fold by fp32 rounding only).
@@ -171,7 +171,12 @@ __device__ __forceinline__ void f16x8_repair(uint4 x, u32* b) {
   b[2] = prmt(x.y, x.w, 0x5410u), b[3] = prmt(x.y, x.w, 0x7632u);
 }
 
-// mma_stage_quant's stores of one block's 32 codes w (4 a word, k order) at dst.
+// Staging of the activation codes (mma_stage_quant's Mode): f16 values in k order (the FP8 MMAs), f16 values paired as
+// the FP4 nibbles pair (the FP4 f16 MMAs), or the E4M3 codes themselves, each block's even k then its odd k (the
+// wgmma FP4 path: e2m1x8_e4m3's lo / hi words, split by magnitude into two columns; 64 bytes a block).
+constexpr int kStageF16 = 0, kStageF16Paired = 1, kStageE4m3Split = 2;
+
+// mma_stage_quant's stores of one block's 32 codes w (4 a word, k order) at dst: kStageE4m3Split ...
 __device__ __forceinline__ void mma_stage_e4m3_split(const u32* w, u8* dst_bytes) {
   // k 8i .. 8i + 7 are w[2i], w[2i + 1]: their even k to slots 4i .. 4i + 3, their odd k to 16 + 4i ..; each
   // code in column 0 when |x| >= 2 (E4M3 exponent field >= 8: bit 6), else in column 1, the other column 0.
@@ -190,6 +195,7 @@ __device__ __forceinline__ void mma_stage_e4m3_split(const u32* w, u8* dst_bytes
     dst[2 * h + 1] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
   }
 }
+// ... and kStageF16 / kStageF16Paired.
 template <bool Paired>
 __device__ __forceinline__ void mma_stage_f16(const u32* w, u8* dst_bytes) {
   u32 h[16];
@@ -216,11 +222,6 @@ __device__ __forceinline__ void mma_stage_f16(const u32* w, u8* dst_bytes) {
 // FP4 weights' nibbles pair, (x0,x4) (x1,x5) (x2,x6) (x3,x7) (f16x8_repair's, once here instead of every block of
 // every tile). kStageE4m3Split: the codes as bytes, block b at xq[r * stride + 64 b] in two columns by magnitude
 // (wgmma_desc_col01_lo). Call with all threads; synchronises.
-// Staging of the activation codes (mma_stage_quant's Mode): f16 values in k order (the FP8 MMAs), f16 values paired as
-// the FP4 nibbles pair (the FP4 f16 MMAs), or the E4M3 codes themselves, each block's even k then its odd k (the
-// wgmma FP4 path: e2m1x8_e4m3's lo / hi words, split by magnitude into two columns; 64 bytes a block).
-constexpr int kStageF16 = 0, kStageF16Paired = 1, kStageE4m3Split = 2;
-
 template <int Mode>
 __device__ __forceinline__ void mma_stage_quant(const float* x, int rows, int K, u8* xq, int stride, float* xsc) {
   // A thread per 32-block (not a warp with shuffles): the staging sits before every block's first MMA, and the
@@ -483,7 +484,7 @@ struct MmaSegment {
       // pair (the E4M3 route cost a 6-instruction lookup per four values plus sm_90's f16 conversions of both
       // fragments); the activations' E4M3 codes are exact in f16. The block sum is c * 2^14: folded into the
       // activation scale (both powers of two: the same rounding as (bsum * xs) * ws).
-      const u32 xb[4] = {xv.x, xv.y, xv.z, xv.w};  // staged pre-paired (mma_stage_quant<true>)
+      const u32 xb[4] = {xv.x, xv.y, xv.z, xv.w};  // staged pre-paired (kStageF16Paired)
       const float xf0 = __fmul_rn(xs0, 16384.f), xf1 = __fmul_rn(xs1, 16384.f);
       float ws[2 * NW];
       e8m0x4_decode<2 * NW>(scale, ws);  // bytes: matrix m row g at 2m, row g + 8 at 2m + 1

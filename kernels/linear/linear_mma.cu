@@ -44,7 +44,7 @@ __device__ void gemv_mma_body(const float* x, float* y, const u8* w, const u8* w
     ms.prefetch(b0, b1);
   }
   grid_dep_wait();
-  mma_stage_quant<FP4>(x, rows, K, xq, stride, xsc);
+  mma_stage_quant<FP4 ? kStageF16Paired : kStageF16>(x, rows, K, xq, stride, xsc);
   const u8* xrow = g < rows ? xq + g * stride : nullptr;
   const float* xsl = xsc + 2 * tig;
   for (int grp = blockIdx.x; grp < groups; grp += gridDim.x) {

@@ -42,10 +42,11 @@ __device__ __forceinline__ float swiglu_v41(float g, float u, float limit, int r
   return rb ? round_bf16(a) : a;
 }
 
-// Expert of slot rt (idx == nullptr: the shared expert, 0); -1 when the index is out of range.
-__device__ __forceinline__ int expert_of(const i32* idx, i64 rt, int n_experts) {
+// Expert of slot rt (idx == nullptr: the shared expert, 0); -1 when the index is out of range. l2: the index read
+// from L2 (ld_l2: before this grid's dependent-launch wait, moe_mma.cu's down).
+__device__ __forceinline__ int expert_of(const i32* idx, i64 rt, int n_experts, bool l2 = false) {
   if (!idx) return 0;
-  const int e = idx[rt];
+  const int e = l2 ? ld_l2(idx + rt) : idx[rt];
   return e >= 0 && e < n_experts ? e : -1;
 }
 

@@ -110,11 +110,7 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
   for (int grp = blockIdx.x; grp < groups; grp += gridDim.x) {
     const int tile = grp * tpg + unit / S;
     const int t = tile / tps, dt = (tile - t * tps) * TR, d0 = dt + 16 * q;
-    int e = -1;  // expert_of, the index read from L2
-    if (tile < tiles) {
-      const int v = idx ? ld_l2(idx + t) : 0;
-      e = v >= 0 && v < n_experts ? v : -1;
-    }
+    const int e = tile < tiles ? expert_of(idx, t, n_experts, true) : -1;
     if (e >= 0) {
       const u8* wm[TPW];
       const u8* sm[TPW];

@@ -20,4 +20,13 @@ inline int mma_ksplit(int64_t tiles, int nb, unsigned blocks) {
   return S;
 }
 
+// The FP4 experts on wgmma (kernels/moe/moe_mma.cu *_fp4_wgmma, sm_90): a tile is 64 x tpw rows walked by a
+// warpgroup, two warpgroups a block, so a tile counts as 4 of the 16-row warp tiles above and K splits at most in 2.
+inline int64_t mma_wg_tiles(int64_t slots, int64_t rows, int tpw) { return slots * ((rows + 64 * tpw - 1) / (64 * tpw)); }
+inline int mma_wg_ksplit(int64_t wg_tiles, int nb, unsigned blocks) {
+  const int S = mma_ksplit(4 * wg_tiles, nb, blocks);
+  return S < 2 ? S : 2;
+}
+inline int64_t mma_wg_groups(int64_t wg_tiles, int S) { return (wg_tiles * S + 1) / 2; }
+
 }  // namespace smelt::runtime::cuda

@@ -83,13 +83,10 @@ bool try_experts_mma(Ctx& c, const ExpertsLaunch& a) {
   const unsigned blocks = gemv_blocks(c.l);
   const int rb = 1;  // the model's numerics (the caller's branch)
   if (wgmma_experts(c.l, a.f)) {
-    // A tile is 64 rows (up) / 64 x kMmaDownTpw (down) walked by a warpgroup, two a block; K split in at most 2
-    // (the split rule counted in 16-row tiles of a warp, as for the mma.sync kernels).
-    const int64_t tiles_up = int64_t(a.topk) * ((a.F + 63) / 64);
-    const int64_t tiles_down = int64_t(a.topk) * ((a.D + 64 * kMmaDownTpw - 1) / (64 * kMmaDownTpw));
-    const int s_up = std::min(2, ksplit(4 * tiles_up, a.D / 32, blocks));
-    const int s_down = std::min(2, ksplit(4 * tiles_down, a.F / 32, blocks));
-    auto wg_grid = [&](int64_t tiles, int S) { return unsigned(std::min<int64_t>((tiles * S + 1) / 2, blocks)); };
+    // mma_split.h: 64-row (up) / 64 x kMmaDownTpw (down) tiles of a warpgroup, K split <= 2.
+    const int64_t tiles_up = mma_wg_tiles(a.topk, a.F, 1), tiles_down = mma_wg_tiles(a.topk, a.D, kMmaDownTpw);
+    const int s_up = mma_wg_ksplit(tiles_up, a.D / 32, blocks), s_down = mma_wg_ksplit(tiles_down, a.F / 32, blocks);
+    auto wg_grid = [&](int64_t tiles, int S) { return unsigned(std::min<int64_t>(mma_wg_groups(tiles, S), blocks)); };
     c.go("smelt_moe_up_fp4_wgmma", wg_grid(tiles_up, s_up), 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk,
          a.idx, a.n_experts, a.rw, a.ew, int(a.f.blk), a.limit, rb, a.h, s_up);
     c.go("smelt_moe_down_fp4_wgmma", wg_grid(tiles_down, s_down), 1, 1, kMmaWarps * 32, smem_down, a.h, a.D, a.F,

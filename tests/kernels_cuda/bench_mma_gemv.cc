@@ -276,10 +276,10 @@ int run(const std::string& dir, int iters, const std::string& only, const std::s
         const std::string f = fp4 ? "fp4" : "fp8";
         const double down = bytes / 2;  // w2 + s2 = half of w1 + s1 + w3 + s3
         if (fp4 && v->wg) {  // ops_mma.cc's wgmma launch: 64 x (1, down_tpw) rows a tile
-          ls.push_back({moe, "smelt_moe_up_fp4_wgmma", K, int64_t(topk) * ((N + 63) / 64), mma_smem(K, 1, v->ring), bytes, 4});
-          ls.push_back({moe, "smelt_moe_down_fp4_wgmma", N,
-                        int64_t(topk) * ((K + 64 * v->down_tpw - 1) / (64 * v->down_tpw)), mma_smem(N, topk, v->ring),
-                        down, 4});
+          namespace rc = smelt::runtime::cuda;
+          ls.push_back({moe, "smelt_moe_up_fp4_wgmma", K, rc::mma_wg_tiles(topk, N, 1), mma_smem(K, 1, v->ring), bytes, 4});
+          ls.push_back({moe, "smelt_moe_down_fp4_wgmma", N, rc::mma_wg_tiles(topk, K, v->down_tpw),
+                        mma_smem(N, topk, v->ring), down, 4});
         } else {
           ls.push_back({moe, "smelt_moe_up_" + f + "_mma", K, int64_t(topk) * ((N + 15) / 16), mma_smem(K, 1, v->ring), bytes});
           ls.push_back({moe, "smelt_moe_down_" + f + "_mma", N,
@@ -289,7 +289,7 @@ int run(const std::string& dir, int iters, const std::string& only, const std::s
       for (const L& l : ls) {
         const int occ = gpu().occupancy(l.fam, l.fn.c_str(), 256, l.smem);
         const int nb = l.K / 32;
-        const int S_launcher = l.wr == 4 ? std::min(2, ksplit(4 * l.tiles, nb, unsigned(2 * sms)))
+        const int S_launcher = l.wr == 4 ? smelt::runtime::cuda::mma_wg_ksplit(l.tiles, nb, unsigned(2 * sms))
                                          : ksplit(l.tiles, nb, unsigned(2 * sms));
         for (int bps = 1; bps <= std::min(occ, 4); ++bps)
           for (int S : {1, 2, 4, 8}) {

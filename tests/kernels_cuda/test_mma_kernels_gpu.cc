@@ -249,9 +249,10 @@ void run_moe(bool fp4, int E, int D, int F, const std::vector<int32_t>& idx, boo
   DevPtr h0 = gpu().alloc(size_t(topk) * F * 4), h1 = gpu().alloc(size_t(topk) * F * 4);
   gpu().launch("moe", ("smelt_moe_up_" + f + "_aq_dec").c_str(), 16, 1, 1, 512, gemv_aq_smem(D, 1, 4, 2, fp4), dx, D, F,
                topk, didx, E, rw, ew, 128, limit, rb, h0, 4);
-  // ops_mma.cc's splits: 16-row tiles of a warp, or (wg) 64-row tiles of a warpgroup counted as 4 of those.
-  const int64_t tiles_up = wg ? int64_t(topk) * ((F + 63) / 64) : int64_t(topk) * ((F + 15) / 16);
-  const int s_up = wg ? std::min(2, ksplit(4 * tiles_up, D / 32, 264)) : ksplit(tiles_up, D / 32, 264);
+  // ops_mma.cc's splits: 16-row tiles of a warp, or (wg) 64-row tiles of a warpgroup (mma_split.h).
+  namespace rc = smelt::runtime::cuda;
+  const int64_t tiles_up = wg ? rc::mma_wg_tiles(topk, F, 1) : int64_t(topk) * ((F + 15) / 16);
+  const int s_up = wg ? rc::mma_wg_ksplit(tiles_up, D / 32, 264) : ksplit(tiles_up, D / 32, 264);
   gpu().launch("moe", ("smelt_moe_up_" + f + kind).c_str(), grid, 1, 1, 256, mma_smem(D, 1), dx, D, F, topk, didx, E,
                rw, ew, 128, limit, rb, h1, s_up);
   auto he = gpu().get<float>(h0, size_t(topk) * F), hm = gpu().get<float>(h1, size_t(topk) * F);
@@ -282,8 +283,8 @@ void run_moe(bool fp4, int E, int D, int F, const std::vector<int32_t>& idx, boo
   gpu().launch("moe", ("smelt_moe_down_" + f + "_aq_dec").c_str(), 16, 1, 1, 512, gemv_aq_smem(F, topk, 4, 1, fp4), h0, D, F,
                topk, didx, E, ew, 128, rb, 0, o0, 4);
   // gemv_mma.cuh SMELT_MMA_DOWN_TPW = 2 rows of tiles
-  const int64_t tiles_down = wg ? int64_t(topk) * ((D + 127) / 128) : int64_t(topk) * ((D + 31) / 32);
-  const int s_down = wg ? std::min(2, ksplit(4 * tiles_down, F / 32, 264)) : ksplit(tiles_down, F / 32, 264);
+  const int64_t tiles_down = wg ? rc::mma_wg_tiles(topk, D, 2) : int64_t(topk) * ((D + 31) / 32);
+  const int s_down = wg ? rc::mma_wg_ksplit(tiles_down, F / 32, 264) : ksplit(tiles_down, F / 32, 264);
   gpu().launch("moe", ("smelt_moe_down_" + f + kind).c_str(), grid, 1, 1, 256, mma_smem(F, topk), h0, D, F, topk, didx,
                E, ew, 128, rb, 0, o1, s_down);
   std::vector<double> Ad(size_t(topk) * D, 0.0);

@@ -21,11 +21,6 @@ std::string gib(uint64_t bytes) {
   return buf;
 }
 
-bool env_off(const char* name) {
-  const char* v = std::getenv(name);
-  return v && std::string(v) == "0";
-}
-
 bool env_on(const char* name) {
   const char* v = std::getenv(name);
   return v && *v && std::string(v) != "0";
@@ -68,6 +63,11 @@ int arch_num(const std::string& arch) {  // sm_90 -> 90, or -1
 }  // namespace
 
 // launch.h
+bool env_off(const char* name) {
+  const char* v = std::getenv(name);
+  return v && std::string(v) == "0";
+}
+
 std::set<std::string> env_names(const char* var) {
   std::set<std::string> out;
   const char* v = std::getenv(var);

@@ -63,18 +63,12 @@ void act_quant(Ctx& c, DevPtr x, int rows, int K, DevPtr& xu, DevPtr& xs) {
 }
 
 bool decode_kernels() {
-  static const bool on = [] {
-    const char* v = std::getenv("SMELT_CUDA_DECODE_KERNELS");
-    return !(v && std::string(v) == "0");
-  }();
+  static const bool on = !env_off("SMELT_CUDA_DECODE_KERNELS");
   return on;
 }
 
 bool mma_kernels(const OpLaunch& l, int min_arch) {
-  static const bool on = [] {
-    const char* v = std::getenv("SMELT_CUDA_MMA");
-    return !(v && std::string(v) == "0");
-  }();
+  static const bool on = !env_off("SMELT_CUDA_MMA");
   return on && decode_kernels() && l.arch >= min_arch;
 }
 

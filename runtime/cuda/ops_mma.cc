@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <map>
 #include <string>
 
@@ -69,10 +68,7 @@ bool try_linear_mma(Ctx& c, DevPtr x, DevPtr y, const LinearW& f, DevPtr w, DevP
 // FP4 experts on sm_90 by wgmma (moe_mma.cu smelt_moe_*_fp4_wgmma; the plan's sm_90 cubins are sm_90a), unless
 // $SMELT_CUDA_WGMMA=0 (the mma.sync kernels, A/B timing).
 bool wgmma_experts(const OpLaunch& l, const LinearW& f) {
-  static const bool on = [] {
-    const char* v = std::getenv("SMELT_CUDA_WGMMA");
-    return !(v && std::string(v) == "0");
-  }();
+  static const bool on = !env_off("SMELT_CUDA_WGMMA");
   return on && l.arch == 90 && std::string(f.fmt) == "fp4";
 }
 

@@ -64,13 +64,16 @@ __device__ __forceinline__ void pick_digit(const int* hist, int& need, int& digi
   exact = __shfl_sync(0xffffffffu, ex, src) != 0;
 }
 
-// Selects the `keep` largest keys among n (keys from get(j)); writes them to list[0 .. keep) in no particular
-// order. Block-wide; hist is 256 ints of shared memory. Up to kKeyRegs * blockDim.x keys (4096 at 1024 threads:
-// S = 2065 compressed entries, or the candidate blocks) are formed once and kept in registers for every pass,
-// instead of read (and for block scores folded) again in each of up to 8 passes.
+// Selects the `keep` largest keys among n (keys from get(j)), then hands them on: radix_select writes them to
+// list[0 .. keep) in no particular order, radix_select_ascending calls emit(position, j, key) with positions in
+// ascending j (a block-wide scan of the selection flags: what the V4.1 kernels need, ascending indices, without the
+// 45 barrier steps of a bitonic sort of 512 keys). Block-wide; hist is 256 ints of shared memory, wc 32 ints. Up to
+// kKeyRegs * blockDim.x keys (4096 at 1024 threads: S = 2065 compressed entries, or the candidate blocks) are
+// formed once and kept in registers for every pass, instead of read (and for block scores folded) again in each of
+// up to 8 passes. Keys are distinct (their low word is the index), so exactly `keep` of them pass the threshold.
 constexpr int kKeyRegs = 4;
-template <class Get>
-__device__ void radix_select(int n, int keep, Get get, u64* list, int* hist, int* count) {
+template <class Get, class Done>
+__device__ void radix_select_impl(int n, int keep, Get get, int* hist, Done done) {
   const bool cached = n <= kKeyRegs * int(blockDim.x);
   u64 kc[kKeyRegs];
   if (cached) {
@@ -90,6 +93,23 @@ __device__ void radix_select(int n, int keep, Get get, u64* list, int* hist, int
       for (int j = threadIdx.x; j < n; j += blockDim.x) f(get(j));
     }
   };
+  // f(j, key) for j = u * blockDim.x + threadIdx.x over every chunk u of blockDim.x entries, the whole block in
+  // every call (j >= n: key 0, which no threshold selects).
+  auto chunks = [&](auto&& f) {
+    const int nc = (n + int(blockDim.x) - 1) / int(blockDim.x);
+    for (int u = 0; u < nc; ++u) {
+      const int j = u * int(blockDim.x) + int(threadIdx.x);
+      u64 k = 0ull;
+      if (cached) {
+#pragma unroll
+        for (int v = 0; v < kKeyRegs; ++v)
+          if (v == u) k = kc[v];
+      } else if (j < n) {
+        k = get(j);
+      }
+      f(j, k);
+    }
+  };
   u64 prefix = 0, mask = 0;
   int need = keep;
   for (int shift = 56; shift >= 0 && keep > 0; shift -= 8) {
@@ -107,13 +127,46 @@ __device__ void radix_select(int n, int keep, Get get, u64* list, int* hist, int
     __syncthreads();
     if (exact) break;
   }
-  if (threadIdx.x == 0) *count = 0;
-  __syncthreads();
-  if (keep > 0)
-    each([&](u64 k) {
-      if ((k & mask) >= prefix) list[atomicAdd(count, 1)] = k;
+  done(keep > 0, [&](u64 k) { return (k & mask) >= prefix; }, each, chunks);
+}
+
+template <class Get>
+__device__ void radix_select(int n, int keep, Get get, u64* list, int* hist, int* count) {
+  radix_select_impl(n, keep, get, hist, [&](bool any, auto&& selected, auto&& each, auto&&) {
+    if (threadIdx.x == 0) *count = 0;
+    __syncthreads();
+    if (any)
+      each([&](u64 k) {
+        if (selected(k)) list[atomicAdd(count, 1)] = k;
+      });
+    __syncthreads();
+  });
+}
+
+// emit(pos, j, key) for the selected keys with also(key) true, pos = their rank in ascending j; returns how many.
+template <class Get, class Also, class Emit>
+__device__ int radix_select_ascending(int n, int keep, Get get, int* hist, int* wc, Also also, Emit emit) {
+  int total = 0;
+  radix_select_impl(n, keep, get, hist, [&](bool any, auto&& selected, auto&&, auto&& chunks) {
+    if (!any) return;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = int(blockDim.x) >> 5;
+    chunks([&](int j, u64 k) {
+      const bool f = j < n && selected(k) && also(k);
+      const unsigned b = __ballot_sync(0xffffffffu, f);
+      if (lane == 0) wc[warp] = __popc(b);
+      __syncthreads();
+      int before = 0, all = 0;
+      for (int w = 0; w < nw; ++w) {
+        const int c = wc[w];
+        before += w < warp ? c : 0;
+        all += c;
+      }
+      if (f) emit(total + before + __popc(b & ((1u << lane) - 1u)), j, k);
+      total += all;
+      __syncthreads();  // wc is rewritten by the next chunk
     });
-  __syncthreads();
+  });
+  return total;
 }
 
 // Bitonic sort of list[0 .. n) (padded to a power of two with `pad`), descending when desc.
@@ -217,9 +270,8 @@ extern "C" __global__ void smelt_indexer_v41_scores(const float* q, const float*
 extern "C" __global__ void smelt_indexer_candidates(const float* scores, i64 S, const StepInfo* step, int ratio, int bs,
                                                     int CB, i32* cand_out) {
   SMELT_KERNEL_PROLOGUE();
-  __shared__ u64 list[kMaxSel];
   __shared__ int hist[256];
-  __shared__ int count;
+  __shared__ int wc[32];
   const i64 i = blockIdx.x;
   i64 visible = (step->p0 + i + 1) / ratio;
   if (visible > S) visible = S;
@@ -234,17 +286,13 @@ extern "C" __global__ void smelt_indexer_candidates(const float* scores, i64 S, 
     return m;
   };
   const int keep = CB < nb ? CB : nb;
-  radix_select(nb, keep, [&](int b) { return sel_key(block_score(b), b); }, list, hist, &count);
-  // Ascending block ids of the kept blocks whose score is > -inf.
-  for (int t = threadIdx.x; t < keep; t += blockDim.x) {
-    const u64 k = list[t];
-    const bool finite = u32(k >> 32) != order_bits(-__int_as_float(0x7f800000));
-    list[t] = finite ? u64(0xffffffffu - u32(k)) : ~0ull;
-  }
-  __syncthreads();
-  bitonic(list, keep, false, ~0ull);
+  // Ascending block ids of the kept blocks whose score is > -inf, then -1.
   i32* out = cand_out + i * CB;
-  for (int t = threadIdx.x; t < CB; t += blockDim.x) out[t] = (t < keep && list[t] != ~0ull) ? i32(list[t]) : -1;
+  const u32 ninf = order_bits(-__int_as_float(0x7f800000));
+  const int got = radix_select_ascending(
+      nb, keep, [&](int b) { return sel_key(block_score(b), b); }, hist, wc,
+      [&](u64 k) { return u32(k >> 32) != ninf; }, [&](int pos, int b, u64) { out[pos] = b; });
+  for (int t = got + int(threadIdx.x); t < CB; t += blockDim.x) out[t] = -1;
 }
 
 // Top-k over scores [T, S]: the k = min(topk, visible) best entries; v41: ascending by index, else best first.
@@ -257,6 +305,7 @@ extern "C" __global__ void smelt_indexer_topk(const float* scores, i64 S, const 
   __shared__ int hist[256];
   __shared__ int count;
   __shared__ u32 allowed[2048];  // bitmap of candidate blocks (65536 blocks)
+  __shared__ int wc[32];
   const i64 i = blockIdx.x;
   i64 visible = (step->p0 + i + 1) / ratio;
   if (visible > S) visible = S;
@@ -279,15 +328,14 @@ extern "C" __global__ void smelt_indexer_topk(const float* scores, i64 S, const 
     return sel_key(s, j);
   };
   const int keep = int(topk < visible ? topk : visible);
-  radix_select(int(visible), keep, get, list, hist, &count);
-  if (v41) {
-    for (int t = threadIdx.x; t < keep; t += blockDim.x) list[t] = u64(0xffffffffu - u32(list[t]));
-    __syncthreads();
-    bitonic(list, keep, false, ~0ull);
-  } else {
-    bitonic(list, keep, true, 0ull);
-  }
   i32* out = idx + i * topk;
-  for (int t = threadIdx.x; t < topk; t += blockDim.x)
-    out[t] = t < keep ? (v41 ? i32(list[t]) : i32(0xffffffffu - u32(list[t]))) : -1;
+  if (v41) {  // ascending by index: the selection compacted in index order
+    radix_select_ascending(
+        int(visible), keep, get, hist, wc, [](u64) { return true; }, [&](int pos, int j, u64) { out[pos] = j; });
+  } else {  // best first
+    radix_select(int(visible), keep, get, list, hist, &count);
+    bitonic(list, keep, true, 0ull);
+    for (int t = threadIdx.x; t < keep; t += blockDim.x) out[t] = i32(0xffffffffu - u32(list[t]));
+  }
+  for (int t = keep + int(threadIdx.x); t < topk; t += blockDim.x) out[t] = -1;
 }

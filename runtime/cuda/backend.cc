@@ -179,7 +179,6 @@ CudaBackend::CudaBackend(const Plan& plan, const BackendOptions& o) : plan_(plan
       }
       check(d_.cuStreamCreate(&side_, kStreamNonBlocking), "creating a stream");
       check(d_.cuEventCreate(&side_fork_, kEventDisableTiming), "creating events");
-      check(d_.cuEventCreate(&side_join_, kEventDisableTiming), "creating events");
     }
 
     for (const auto* k : *plan.fb().kernels()) {
@@ -313,9 +312,10 @@ void CudaBackend::release() noexcept {
   if (ev_start_) d_.cuEventDestroy(ev_start_);
   if (ev_end_) d_.cuEventDestroy(ev_end_);
   ev_start_ = ev_end_ = nullptr;
-  for (CUevent e : {side_fork_, side_join_})
-    if (e) d_.cuEventDestroy(e);
-  side_fork_ = side_join_ = nullptr;
+  if (side_fork_) d_.cuEventDestroy(side_fork_);
+  side_fork_ = nullptr;
+  for (CUevent e : side_done_) d_.cuEventDestroy(e);
+  side_done_.clear();
   if (side_) d_.cuStreamDestroy(side_);
   side_ = nullptr;
   if (stream_) d_.cuStreamDestroy(stream_);
@@ -465,6 +465,12 @@ void CudaBackend::run_ops(int rows, std::vector<CUevent>* marks, std::vector<Spa
   // for it before an op that reads what it writes or overwrites what it reads or writes.
   const bool side_now = side_on_ && !marks && !profile_ && !sync_each;
   side_busy_.clear();  // (a run that threw left its ranges behind)
+  side_slots_ = 0;
+  // SMELT_CUDA_SIDE_JOIN=all: wait for the whole side stream at a conflict (before session 13; A/B timing).
+  static const bool join_all = [] {
+    const char* v = std::getenv("SMELT_CUDA_SIDE_JOIN");
+    return v && std::string(v) == "all";
+  }();
   if (side_now) launch_side_after(-1, rows);
   int layer = -2;
   for (size_t k = 0; k < ops_.size(); ++k) {
@@ -479,7 +485,9 @@ void CudaBackend::run_ops(int rows, std::vector<CUevent>* marks, std::vector<Spa
     }
     int64_t before = launches_;
     if (side_now && side_plan_.side[k]) continue;  // launched earlier on the side stream
-    if (side_now && !side_busy_.empty() && side_busy_.must_wait(access_[k])) side_join();
+    if (side_now && !side_busy_.empty())
+      if (const int slot = side_busy_.must_wait(access_[k]); slot >= 0)
+        side_join(join_all ? side_busy_.queued.back().first : slot);
     run_op_at(k, rows);
     if (side_now) launch_side_after(int(k), rows);
     if (spans) {
@@ -495,7 +503,7 @@ void CudaBackend::run_ops(int rows, std::vector<CUevent>* marks, std::vector<Spa
       }
     }
   }
-  if (!side_busy_.empty()) side_join();  // a captured graph ends with every stream joined
+  if (!side_busy_.empty()) side_join(side_busy_.queued.back().first);  // a captured graph ends with every stream joined
 }
 
 // Every op's arena ranges (whole buffers: max_rows rows of F32 / I32) and the side stream's schedule
@@ -535,14 +543,20 @@ void CudaBackend::launch_side_after(int m, int rows) {
       throw;
     }
     l.stream = stream_, l.scratch = scratch_, l.sms = dev_.sms;  // run_one runs it on the main stream
-    check(d_.cuEventRecord(side_join_, side_), "recording events");
-    side_busy_.add(access_[size_t(k)]);
+    const int slot = side_slots_++;
+    if (size_t(slot) == side_done_.size()) {
+      CUevent e = nullptr;
+      check(d_.cuEventCreate(&e, kEventDisableTiming), "creating events");
+      side_done_.push_back(e);
+    }
+    check(d_.cuEventRecord(side_done_[size_t(slot)], side_), "recording events");
+    side_busy_.add(slot, access_[size_t(k)]);
   }
 }
 
-void CudaBackend::side_join() {
-  check(d_.cuStreamWaitEvent(stream_, side_join_, 0), "joining the side stream");
-  side_busy_.clear();
+void CudaBackend::side_join(int slot) {
+  check(d_.cuStreamWaitEvent(stream_, side_done_[size_t(slot)], 0), "joining the side stream");
+  side_busy_.joined(slot);
 }
 
 void CudaBackend::make_current() { check(d_.cuCtxSetCurrent(ctx_), "making the GPU's context current"); }

@@ -164,7 +164,9 @@ class CudaBackend final : public Launcher {
   // beside the main stream's ops (run_ops). side_busy_: the arena ranges and states the side stream's queued ops
   // read or write; a main-stream op that touches one first waits for the side stream.
   CUstream side_ = nullptr;
-  CUevent side_fork_ = nullptr, side_join_ = nullptr;
+  CUevent side_fork_ = nullptr;
+  std::vector<CUevent> side_done_;  // recorded after the side op of that slot (the side ops of a run, in order)
+  int side_slots_ = 0;              // slots used in this run
   CUdeviceptr side_scratch_ = 0;
   bool side_on_ = false;
   int side_sms_ = 0;  // the multiprocessors side ops size their grids for (SMELT_CUDA_SIDE_SMS, else all)
@@ -173,7 +175,7 @@ class CudaBackend final : public Launcher {
   SideSchedule side_plan_;
   void plan_side_stream();
   void launch_side_after(int m, int rows);
-  void side_join();
+  void side_join(int slot);
   std::vector<std::pair<std::string, CUevent>>* profile_ = nullptr;  // run_profiled: an event per launch
   std::vector<std::string> last_kernels_;
   int64_t launches_ = 0, last_launches_ = 0;

@@ -38,9 +38,16 @@ SideSchedule plan_side_stream(const std::vector<OpAccess>& ops) {
   return s;
 }
 
-void SideBusy::add(const OpAccess& a) {
-  queued.reads.insert(queued.reads.end(), a.reads.begin(), a.reads.end());
-  queued.writes.insert(queued.writes.end(), a.writes.begin(), a.writes.end());
+int SideBusy::must_wait(const OpAccess& main_op) const {
+  for (size_t i = queued.size(); i-- > 0;)
+    if (hazard(queued[i].second, main_op)) return queued[i].first;
+  return -1;
+}
+
+void SideBusy::joined(int slot) {
+  size_t n = 0;
+  while (n < queued.size() && queued[n].first != slot) ++n;
+  queued.erase(queued.begin(), queued.begin() + long(std::min(n + 1, queued.size())));
 }
 
 }  // namespace smelt::runtime::cuda

@@ -37,14 +37,20 @@ struct SideSchedule {
 };
 SideSchedule plan_side_stream(const std::vector<OpAccess>& ops);
 
-// The ranges the side stream's queued ops read and write. A main-stream op must first wait for the side stream when
-// it reads a range a queued side op writes, or writes a range one reads or writes.
+// The side stream's queued ops and their ranges, in side-stream order, each with the slot of the event recorded after
+// it. A main-stream op must first wait for a queued side op when it reads a range the side op writes, or writes a
+// range it reads or writes; it waits for the latest such op only (the side stream runs in order, so the earlier ones
+// are then done too), not for the whole side stream: the kv branch's small ops no longer hold back wq_b, whose
+// output overwrites the attention norm's output that only the branch's first GEMV reads.
 struct SideBusy {
-  OpAccess queued;  // the union of the queued side ops' ranges
-  bool empty() const { return queued.reads.empty() && queued.writes.empty(); }
-  void clear() { queued.reads.clear(), queued.writes.clear(); }
-  void add(const OpAccess& a);
-  bool must_wait(const OpAccess& main_op) const { return hazard(queued, main_op); }
+  std::vector<std::pair<int, OpAccess>> queued;
+  bool empty() const { return queued.empty(); }
+  void clear() { queued.clear(); }
+  void add(int slot, const OpAccess& a) { queued.emplace_back(slot, a); }
+  // The slot of the latest queued op main_op must wait for, or -1.
+  int must_wait(const OpAccess& main_op) const;
+  // The main stream waited for slot's op: it and the ones queued before it are done.
+  void joined(int slot);
 };
 
 }  // namespace smelt::runtime::cuda

@@ -55,16 +55,34 @@ TEST(SideStream, FencesAndProgramOrderOfSideOps) {
 
 TEST(SideStream, MainStreamWaitsOnlyForConflicts) {
   SideBusy busy;
-  busy.add(op({1}, {4}, true));  // the side op reads b1 and writes b4
-  EXPECT_FALSE(busy.must_wait(op({1}, {2})));  // also reads b1: no
-  EXPECT_TRUE(busy.must_wait(op({4}, {5})));   // reads what it writes
-  EXPECT_TRUE(busy.must_wait(op({2}, {1})));   // overwrites what it reads
-  EXPECT_TRUE(busy.must_wait(op({2}, {4})));   // overwrites what it writes
-  EXPECT_TRUE(busy.must_wait(OpAccess{{BufferRange{450, 460}}, {}, false, false}));  // a part of b4
-  EXPECT_FALSE(busy.must_wait(OpAccess{{BufferRange{500, 510}}, {}, false, false}));  // b5 starts where b4 ends
+  busy.add(7, op({1}, {4}, true));  // the side op (event slot 7) reads b1 and writes b4
+  EXPECT_EQ(busy.must_wait(op({1}, {2})), -1);  // also reads b1: no
+  EXPECT_EQ(busy.must_wait(op({4}, {5})), 7);   // reads what it writes
+  EXPECT_EQ(busy.must_wait(op({2}, {1})), 7);   // overwrites what it reads
+  EXPECT_EQ(busy.must_wait(op({2}, {4})), 7);   // overwrites what it writes
+  EXPECT_EQ(busy.must_wait(OpAccess{{BufferRange{450, 460}}, {}, false, false}), 7);   // a part of b4
+  EXPECT_EQ(busy.must_wait(OpAccess{{BufferRange{500, 510}}, {}, false, false}), -1);  // b5 starts where b4 ends
   busy.clear();
   EXPECT_TRUE(busy.empty());
-  EXPECT_FALSE(busy.must_wait(op({4}, {1})));
+  EXPECT_EQ(busy.must_wait(op({4}, {1})), -1);
+}
+
+// A main op waits for the latest side op it conflicts with, not for the side ops queued after it; waiting for one
+// retires it and every earlier one (the side stream runs in order).
+TEST(SideStream, MainStreamWaitsForTheLatestConflictingSideOpOnly) {
+  SideBusy busy;
+  busy.add(0, op({1}, {4}, true));  // the kv branch's GEMV: reads b1 (the norm output), writes b4
+  busy.add(1, op({4}, {5}, true));  // its norm
+  busy.add(2, op({5}, {6}, true));  // its rope
+  EXPECT_EQ(busy.must_wait(op({2}, {1})), 0);  // overwrites b1: only the GEMV must be done
+  EXPECT_EQ(busy.must_wait(op({6}, {7})), 2);  // reads the branch's result
+  EXPECT_EQ(busy.must_wait(op({4, 5}, {7})), 1);  // reads what 0 and 1 write: the latest of the two
+  busy.joined(0);
+  ASSERT_EQ(busy.queued.size(), 2u);
+  EXPECT_EQ(busy.queued.front().first, 1);
+  EXPECT_EQ(busy.must_wait(op({2}, {1})), -1);  // the GEMV is done
+  busy.joined(2);
+  EXPECT_TRUE(busy.empty());
 }
 
 }  // namespace

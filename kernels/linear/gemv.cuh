@@ -173,11 +173,15 @@ __device__ __forceinline__ void e4m3x4_scaled(u32 v, float S, float* out) {
 __device__ __forceinline__ u32 e4m3x4_nan_flip(u32 v) { return (v + 0x01010101u) ^ v; }
 
 // out[j] = x . W[n0 + j] for j < C (columns past nlast repeat nlast: loaded, summed, not meant to be stored), x one
-// row of K floats (16-byte aligned). FP8: columns n0 .. n0 + C - 1 share their scales (n0 % C == 0, C <= blk), and
-// the decode is one multiply by 2^120 * scale (e4m3x4_scaled); the rare codes it does not cover are summed again.
-template <int FMT, int C, int D>
+// row of K floats (16-byte aligned); prefetched() runs once the first weight chunks are in flight, before x is
+// read. FP8: columns n0 .. n0 + C - 1 share their scales (n0 % C == 0, C <= blk), and the decode is one multiply by
+// 2^120 * scale (e4m3x4_scaled); the rare codes it does not cover are summed again.
+struct NoHook {
+  __device__ void operator()() const {}
+};
+template <int FMT, int C, int D, class Prefetched = NoHook>
 __device__ __forceinline__ void dot_cols_r1(const float* x, const void* w, const u8* ws, i64 n0, i64 nlast, int K,
-                                            int blk, float* out) {
+                                            int blk, float* out, Prefetched prefetched = {}) {
   const int lane = threadIdx.x & 31;
   const int chunks = K / 8;
   const int cnt = lane < chunks ? (chunks - 1 - lane) / 32 + 1 : 0;  // this lane's chunks: lane + 32 i, i < cnt
@@ -216,6 +220,9 @@ __device__ __forceinline__ void dot_cols_r1(const float* x, const void* w, const
 #pragma unroll
   for (int d = 0; d < D; ++d)
     if (d < cnt) fetch(d, d);
+  // The first weights are in flight: `prefetched` (the linear r1 kernels, which start with their weights: their
+  // dependent-launch wait, before x is read).
+  prefetched();
 
   for (int i0 = 0; i0 < cnt; i0 += D) {
 #pragma unroll

@@ -50,7 +50,7 @@ __device__ __forceinline__ void r1_columns(const float* xg, float* y, const void
   for (i64 n_local = warp * C; n_local < N; n_local += warps * C) {
     const i64 n0 = g * N + n_local;
     float out[C];
-    dot_cols_r1<FMT, C, D>(xg, w, ws, n0, g * N + N - 1, K, blk, out);
+    dot_cols_r1<FMT, C, D>(xg, w, ws, n0, g * N + N - 1, K, blk, out, [] { grid_dep_wait(); });
 #pragma unroll
     for (int j = 0; j < C; ++j)
       if ((threadIdx.x & 31) == j && n_local + j < N) {
@@ -148,35 +148,36 @@ extern "C" __global__ void smelt_act_quant_b32(const float* x, int ldx, int K, i
   act_quant_block(x + r * ldx + b * 32, xu + r * K + b * 32, xs + r * nb + b);
 }
 
-// One-row forms (launcher: rows == 1); the `rows` argument is kept so that both forms take the same arguments.
+// One-row forms (launcher: rows == 1); the `rows` argument is kept so that both forms take the same arguments. Their
+// first weight chunks are loaded before the dependent-launch wait (dot_cols_r1), overlapping the previous kernel.
 // Written out (no macro): tests/kernels_cuda/test_nvrtc_compile.cc finds entry points in the source text.
 extern "C" __global__ void __launch_bounds__(256, 2)
 smelt_linear_f32_r1(const float* x, float* y, const void* w, const u8* ws, int, int K, int N, int blk,
                      float scale_after, int round) {
-  SMELT_KERNEL_PROLOGUE();
+  SMELT_KERNEL_PROLOGUE_WEIGHTS_FIRST();  // r1_columns waits before it reads x
   linear_r1_body<kWF32>(x, y, w, ws, K, N, blk, scale_after, round);
 }
 extern "C" __global__ void __launch_bounds__(256, 3)
 smelt_linear_bf16_r1(const float* x, float* y, const void* w, const u8* ws, int, int K, int N, int blk,
                      float scale_after, int round) {
-  SMELT_KERNEL_PROLOGUE();
+  SMELT_KERNEL_PROLOGUE_WEIGHTS_FIRST();  // r1_columns waits before it reads x
   linear_r1_body<kWBF16>(x, y, w, ws, K, N, blk, scale_after, round);
 }
 extern "C" __global__ void __launch_bounds__(256, 3)
 smelt_linear_f16_r1(const float* x, float* y, const void* w, const u8* ws, int, int K, int N, int blk,
                      float scale_after, int round) {
-  SMELT_KERNEL_PROLOGUE();
+  SMELT_KERNEL_PROLOGUE_WEIGHTS_FIRST();  // r1_columns waits before it reads x
   linear_r1_body<kWF16>(x, y, w, ws, K, N, blk, scale_after, round);
 }
 extern "C" __global__ void __launch_bounds__(256, 3)
 smelt_linear_fp8_r1(const float* x, float* y, const void* w, const u8* ws, int, int K, int N, int blk,
                      float scale_after, int round) {
-  SMELT_KERNEL_PROLOGUE();
+  SMELT_KERNEL_PROLOGUE_WEIGHTS_FIRST();  // r1_columns waits before it reads x
   linear_r1_body<kWFP8>(x, y, w, ws, K, N, blk, scale_after, round);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
 smelt_linear_fp4_r1(const float* x, float* y, const void* w, const u8* ws, int, int K, int N, int blk,
                      float scale_after, int round) {
-  SMELT_KERNEL_PROLOGUE();
+  SMELT_KERNEL_PROLOGUE_WEIGHTS_FIRST();  // r1_columns waits before it reads x
   linear_r1_body<kWFP4>(x, y, w, ws, K, N, blk, scale_after, round);
 }

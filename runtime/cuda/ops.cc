@@ -96,18 +96,25 @@ std::string weight_only_kernel(const LinearW& f, int rows) {
   return std::string("smelt_linear_") + f.fmt + (rows == 1 && decode_kernels() ? "_r1" : "");
 }
 
-// Columns a warp for the one-row weight-only kernels (_r1): 4 or 2 once there are >= 16 warps an SM that way, else 1.
+// Columns a warp for the one-row weight-only kernels (_r1): 4 once there are >= 12 warps an SM that way, 2 once there
+// are >= 16, else 1. The 12: V4.1's wo_a (8 groups x 1024 columns) at 4 a warp is 256 blocks, one wave at 3 an SM,
+// where 2 a warp made 512 blocks in 1.3 waves: 22.7 -> 19.0 us a launch, the step -3 to -5 us (H200, session 13).
 int r1_cols(const OpLaunch& l, int64_t columns) {
-  const int64_t warps16 = int64_t(16) * (l.sms > 0 ? l.sms : 132);
-  return columns >= 4 * warps16 ? 4 : (columns >= 2 * warps16 ? 2 : 1);
+  const int64_t sms = l.sms > 0 ? l.sms : 132;
+  return columns >= 4 * 12 * sms ? 4 : (columns >= 2 * 16 * sms ? 2 : 1);
 }
 
 // Blocks (x) of 256 threads for weight_only_kernel over N columns a group, G groups: a warp per column, but the
 // _r1 kernels take 4 or 2 columns a warp (one activation load for all) once there are >= 16 warps an SM that way.
 unsigned weight_only_blocks(const OpLaunch& l, int rows, int64_t N, int G) {
+  static const int forced = [] {  // SMELT_CUDA_LINEAR_R1_COLS (1, 2 or 4): A/B runs; any grid gives the same bits
+    const char* v = std::getenv("SMELT_CUDA_LINEAR_R1_COLS");
+    const int c = v ? std::atoi(v) : 0;
+    return c == 1 || c == 2 || c == 4 ? c : 0;
+  }();
   int cw = 1;
   if (rows == 1 && decode_kernels()) {
-    cw = r1_cols(l, N * G);
+    cw = forced ? forced : r1_cols(l, N * G);
     while (G > 1 && N % cw) cw /= 2;  // as the kernel: a warp's columns share their FP8 scale row
   }
   return unsigned(cdiv(N, 8 * cw));

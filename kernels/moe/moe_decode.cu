@@ -201,6 +201,8 @@ extern "C" __global__ void smelt_moe_gate_dots(const float* x, int D, const void
   if (lane == 0) s[r * E + e] = d;
 }
 
+constexpr int kRouteRegs = 16;  // experts a lane holds in registers for the picks (E <= 512)
+
 extern "C" __global__ void smelt_moe_route_select(const float* dots, int E, const void* bias, int bdt,
                                                   const void* tid2eid, int t64, i64 vocab, const i32* ids, int K,
                                                   int scoring, int norm_topk_prob, float route_scale, float gate_temp,
@@ -262,9 +264,35 @@ extern "C" __global__ void smelt_moe_route_select(const float* dots, int E, cons
           }
           pick[t] = best;
         }
+    } else if (threadIdx.x < 32 && E <= 32 * kRouteRegs) {
+      // Warp 0 alone: lane l owns experts l, l + 32, ..., their values in registers (loaded once) and their taken
+      // flags as bits, and every lane ends each butterfly with the same winner: a pick is register work and five
+      // shuffles, no shared memory and no barrier.
+      float v[kRouteRegs];
+      unsigned open = 0u;  // bit i: expert lane + 32 i not taken yet
+#pragma unroll
+      for (int i = 0; i < kRouteRegs; ++i) {
+        const int e = lane + 32 * i;
+        v[i] = e < E ? sel[e] : 0.f;
+        open |= e < E ? 1u << i : 0u;
+      }
+      for (int t = 0; t < K; ++t) {
+        float bv = 0.f;
+        int b = -1;
+#pragma unroll
+        for (int i = 0; i < kRouteRegs; ++i)  // ascending e per lane: strict > keeps the lower
+          if (((open >> i) & 1u) && (b < 0 || v[i] > bv)) bv = v[i], b = lane + 32 * i;
+        for (int o = 16; o >= 1; o >>= 1) {
+          const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+          const int ob = __shfl_xor_sync(0xffffffffu, b, o);
+          if (ob >= 0 && (b < 0 || ov > bv || (ov == bv && ob < b))) bv = ov, b = ob;
+        }
+        if (b >= 0 && (b & 31) == lane) open &= ~(1u << (b >> 5));
+        if (lane == 0) pick[t] = b;
+      }
     } else if (threadIdx.x < 32) {
-      // Warp 0 alone: lane l owns experts l, l + 32, ... (it alone reads and sets their taken flags), and every
-      // lane ends each butterfly with the same winner, so no barrier between picks.
+      // Warp 0 alone, more experts than kRouteRegs a lane: lane l owns experts l, l + 32, ... (it alone reads and
+      // sets their taken flags), and every lane ends each butterfly with the same winner, so no barrier between picks.
       for (int t = 0; t < K; ++t) {
         float v = 0.f;
         int b = -1;

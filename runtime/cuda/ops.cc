@@ -104,14 +104,18 @@ int r1_cols(const OpLaunch& l, int64_t columns) {
   return columns >= 4 * 12 * sms ? 4 : (columns >= 2 * 16 * sms ? 2 : 1);
 }
 
+// $var's columns a warp (1, 2 or 4) for the _r1 kernels, overriding r1_cols in A/B runs (any grid gives the same
+// bits); 0 when unset or another value.
+int forced_r1_cols(const char* var) {
+  const char* v = std::getenv(var);
+  const int c = v ? std::atoi(v) : 0;
+  return c == 1 || c == 2 || c == 4 ? c : 0;
+}
+
 // Blocks (x) of 256 threads for weight_only_kernel over N columns a group, G groups: a warp per column, but the
-// _r1 kernels take 4 or 2 columns a warp (one activation load for all) once there are >= 16 warps an SM that way.
+// _r1 kernels take 4 or 2 columns a warp (one activation load for all, r1_cols; SMELT_CUDA_LINEAR_R1_COLS overrides).
 unsigned weight_only_blocks(const OpLaunch& l, int rows, int64_t N, int G) {
-  static const int forced = [] {  // SMELT_CUDA_LINEAR_R1_COLS (1, 2 or 4): A/B runs; any grid gives the same bits
-    const char* v = std::getenv("SMELT_CUDA_LINEAR_R1_COLS");
-    const int c = v ? std::atoi(v) : 0;
-    return c == 1 || c == 2 || c == 4 ? c : 0;
-  }();
+  static const int forced = forced_r1_cols("SMELT_CUDA_LINEAR_R1_COLS");
   int cw = 1;
   if (rows == 1 && decode_kernels()) {
     cw = forced ? forced : r1_cols(l, N * G);
@@ -126,11 +130,7 @@ unsigned weight_only_blocks(const OpLaunch& l, int rows, int64_t N, int G) {
 // 0.146), while the V4 bf16 experts keep their 4 (1.167 ms a step; 1 a warp: 1.273). SMELT_CUDA_EXPERT_R1_COLS (1, 2
 // or 4) overrides the choice for A/B runs; any grid gives the same bits.
 unsigned expert_r1_blocks(const OpLaunch& l, int64_t N, int G, int matrices) {
-  static const int forced = [] {
-    const char* v = std::getenv("SMELT_CUDA_EXPERT_R1_COLS");
-    const int c = v ? std::atoi(v) : 0;
-    return c == 1 || c == 2 || c == 4 ? c : 0;
-  }();
+  static const int forced = forced_r1_cols("SMELT_CUDA_EXPERT_R1_COLS");
   return unsigned(cdiv(N, 8 * (forced ? forced : r1_cols(l, N * G * matrices))));
 }
 

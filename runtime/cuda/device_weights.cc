@@ -70,6 +70,7 @@ void DeviceWeights::plan_layout(const Plan& plan) {
   total_ = 0;
   for (int id = 0; id < n; ++id) {
     DeviceWeight& w = w_[size_t(id)];
+    w.id = id;
     w.dtype = device_dtype(plan, id);
     w.shape = plan.weight_shape(id);
     uint64_t elems = 1;

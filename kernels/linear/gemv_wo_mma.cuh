@@ -173,12 +173,28 @@ __device__ __forceinline__ void wo_block(const WoW<FP4>& w, const u8* xrow, floa
   acc[3] = fmaf(c[3] * xi1, sb, acc[3]);
 }
 
-// K-part p's blocks of chunk c, in order, through a ring of U blocks: a slot is refilled with the block U ahead
-// as soon as it has been multiplied, so ~U blocks of loads stay in flight per warp with U blocks of registers.
+// A warp's ring of weight blocks in registers (wo_fill, wo_blocks).
 template <bool FP4>
-__device__ __forceinline__ void wo_blocks(const WoRows& rows, const WoGeom& G, int p, int c, int nrows, const u8* sx,
-                                          const float* ssc, float* acc) {
-  constexpr int U = FP4 ? 12 : 8;
+constexpr int wo_ring_blocks() { return FP4 ? 12 : 8; }
+
+// The first blocks of K-part p's chunk c into the ring (wo_blocks consumes them): weights only, so wo_run issues the
+// first group's before the dependent-launch wait and the activations' staging.
+template <bool FP4>
+__device__ __forceinline__ void wo_fill(WoW<FP4>* ring, const WoRows& rows, const WoGeom& G, int p, int c) {
+  constexpr int U = wo_ring_blocks<FP4>();
+  const int tig = threadIdx.x & 3, n = G.count(p, c), b0 = G.first(p, c);
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+    if (u < n) wo_load<FP4>(ring[u], rows, b0 + u, tig);
+}
+
+// K-part p's blocks of chunk c, in order, through the ring of U blocks wo_fill started: a slot is refilled with the
+// block U ahead as soon as it has been multiplied, so ~U blocks of loads stay in flight per warp with U blocks of
+// registers.
+template <bool FP4>
+__device__ __forceinline__ void wo_blocks(WoW<FP4>* ring, const WoRows& rows, const WoGeom& G, int p, int c, int nrows,
+                                          const u8* sx, const float* ssc, float* acc) {
+  constexpr int U = wo_ring_blocks<FP4>();
   const int lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
   const int n = G.count(p, c), b0 = G.first(p, c), sl0 = p * G.CB;
   if (n <= 0) return;
@@ -186,10 +202,6 @@ __device__ __forceinline__ void wo_blocks(const WoRows& rows, const WoGeom& G, i
   const u8* xrow = g < nrows ? sx + g * stride + sl0 * 128 + tig * 32 : nullptr;
   const float* s0 = 2 * tig < nrows ? ssc + (2 * tig) * G.S + sl0 : nullptr;
   const float* s1 = 2 * tig + 1 < nrows ? ssc + (2 * tig + 1) * G.S + sl0 : nullptr;
-  WoW<FP4> ring[U];
-#pragma unroll
-  for (int u = 0; u < U; ++u)
-    if (u < n) wo_load<FP4>(ring[u], rows, b0 + u, tig);
   for (int j0 = 0; j0 < n; j0 += U) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -206,6 +218,8 @@ __device__ __forceinline__ void wo_blocks(const WoRows& rows, const WoGeom& G, i
 // in groups of TPC = 8 / KS per CTA iteration; item(it, rows) fills the warp's weight rows and returns false for
 // an item past the end (its warps still take part in the syncs); store(it, acc) is called by K-part 0's warp
 // with the folded fragment. Dynamic shared memory: wo_smem_bytes(R, KS * CB).
+// The first group's first ring of weights is in flight before the dependent-launch wait (here: x may come from the
+// previous kernel; item() must not read what a kernel writes unless the caller waited already) and the staging.
 template <bool FP4, class Item, class Store>
 __device__ __forceinline__ void wo_run(const float* x, i64 ldx, int R, int K, int ks, int cb, int n_items,
                                        const Item& item, const Store& store) {
@@ -217,15 +231,23 @@ __device__ __forceinline__ void wo_run(const float* x, i64 ldx, int R, int K, in
   float* ssc = reinterpret_cast<float*>(sx + R * wo_row_stride(G.S));
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int tpc = kWoWarps / ks, ts = warp / ks, p = warp - ts * ks;
-  const int groups = (n_items + tpc - 1) / tpc;
-  if (G.nchunks == 1 && int(blockIdx.x) < groups) {
+  const int groups = (n_items + tpc - 1) / tpc, grp0 = blockIdx.x;
+  WoW<FP4> ring[wo_ring_blocks<FP4>()];
+  WoRows rows;
+  bool live = false;
+  if (grp0 < groups) {
+    const int it = grp0 * tpc + ts;
+    live = it < n_items && item(it, rows);
+    if (live) wo_fill<FP4>(ring, rows, G, p, 0);
+  }
+  grid_dep_wait();
+  if (G.nchunks == 1 && grp0 < groups) {
     wo_stage<FP4>(x, ldx, R, G, 0, sx, ssc);
     __syncthreads();
   }
-  for (int grp = blockIdx.x; grp < groups; grp += gridDim.x) {
+  for (int grp = grp0; grp < groups; grp += gridDim.x) {
     const int it = grp * tpc + ts;
-    WoRows rows;
-    const bool live = it < n_items && item(it, rows);
+    if (grp != grp0) live = it < n_items && item(it, rows);
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     for (int c = 0; c < G.nchunks; ++c) {
       if (G.nchunks > 1) {
@@ -233,7 +255,10 @@ __device__ __forceinline__ void wo_run(const float* x, i64 ldx, int R, int K, in
         wo_stage<FP4>(x, ldx, R, G, c, sx, ssc);
         __syncthreads();
       }
-      if (live) wo_blocks<FP4>(rows, G, p, c, R, sx, ssc, acc);
+      if (live) {
+        if (grp != grp0 || c > 0) wo_fill<FP4>(ring, rows, G, p, c);
+        wo_blocks<FP4>(ring, rows, G, p, c, R, sx, ssc, acc);
+      }
     }
     if (ks > 1) {  // fold the K-parts in p order
       red[warp * 32 + lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);

@@ -43,9 +43,13 @@ __device__ void moe_up_wo_mma_body(const float* x, int D, int F, int topk, const
 template <bool FP4>
 __device__ void moe_down_wo_mma_body(const float* h, int D, int F, int topk, const i32* idx, int n_experts,
                                      const ExpertW& w, int blk, float* out, int ks, int cb) {
+  // The routing finished before the up was launched (ops.cc: the up is launched once its predecessor is done), so
+  // the expert is final here, before this grid's wait (read from L2: an SM's L1 may hold the previous step's), and
+  // the first weights stream in while the up finishes (wo_run).
   const i64 rt = blockIdx.y;
-  const int e = expert_of(idx, rt, n_experts);
+  const int e = expert_of(idx, rt, n_experts, true);
   if (e < 0) {
+    grid_dep_wait();
     for (int d = blockIdx.x * blockDim.x + threadIdx.x; d < D; d += gridDim.x * blockDim.x) out[rt * D + d] = 0.f;
     return;
   }
@@ -82,7 +86,7 @@ __device__ void moe_down_wo_mma_body(const float* h, int D, int F, int topk, con
   extern "C" __global__ void smelt_moe_down_##NAME##_wo_mma(const float* h, int D, int F, int topk, const i32* idx, \
                                                            int n_experts, ExpertW w, int blk, float* out, int ks,   \
                                                            int cb) {                                                \
-    SMELT_KERNEL_PROLOGUE();                                                                                        \
+    SMELT_KERNEL_PROLOGUE_WEIGHTS_FIRST(); /* waits in the body (wo_run) */                                        \
     moe_down_wo_mma_body<FP4>(h, D, F, topk, idx, n_experts, w, blk, out, ks, cb);                                  \
   }
 SMELT_MOE_WO_MMA(fp8, false)

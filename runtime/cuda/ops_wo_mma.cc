@@ -4,6 +4,7 @@
 #include "runtime/cuda/ops_wo_mma.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -20,11 +21,13 @@ unsigned wo_smem(int R, int S) { return unsigned(kWoRedBytes + R * (S * 128 + 16
 
 int wo_sms(const OpLaunch& l) { return l.sms > 0 ? l.sms : 132; }
 
-// K-parts per tile: the fewest (1, 2, 4, 8) giving ~16 warps per multiprocessor, each K-part keeping >= 8 blocks
-// (one ring of loads in flight).
+// K-parts per tile: the fewest (1, 2, 4, 8) giving ~12 warps per multiprocessor, each K-part keeping >= 8 blocks
+// (one ring of loads in flight). Was ~16: the V4.1-Flash routed down (1920 tiles over 6 slots) then split K in 2,
+// and unsplit measured 1.568-1.572 -> 1.557-1.561 ms a step on the sm_80 path (SMELT_CUDA_WO_EXPERTS sweep, session
+// 14; the routed up, 1728 tiles, measured the same either way).
 int wo_ks(int64_t items, int nb, int sms) {
   int ks = 1;
-  while (ks < kWoWarps && items * ks < 16 * int64_t(sms) && nb / (2 * ks) >= 8) ks *= 2;
+  while (ks < kWoWarps && items * ks < 12 * int64_t(sms) && nb / (2 * ks) >= 8) ks *= 2;
   return ks;
 }
 
@@ -82,11 +85,26 @@ bool try_experts_wo_mma(Ctx& c, const ExpertsLaunch& a) {
   const int sms = wo_sms(c.l);
   const int up_items = (a.F + 7) / 8, down_items = (a.D + 15) / 16;
   // From topk (one row's slots), not from rows: the row-count invariance of the K split.
-  const int ks_up = wo_ks(int64_t(up_items) * a.topk, a.D / 32, sms);
-  const int ks_down = wo_ks(int64_t(down_items) * a.topk, a.F / 32, sms);
+  int ks_up = wo_ks(int64_t(up_items) * a.topk, a.D / 32, sms);
+  int ks_down = wo_ks(int64_t(down_items) * a.topk, a.F / 32, sms);
+  // $SMELT_CUDA_WO_EXPERTS=KS_UP,KS_DOWN,CTAS (tuning; 0 keeps the rule): the K splits and the CTAs a multiprocessor
+  // (over the slots). Session 14's sweep: docs/performance.md.
+  struct Forced {
+    int ks_up = 0, ks_down = 0, per_sm = 0;
+  };
+  static const Forced forced = [] {
+    Forced f;
+    if (const char* v = std::getenv("SMELT_CUDA_WO_EXPERTS"))
+      if (std::sscanf(v, "%d,%d,%d", &f.ks_up, &f.ks_down, &f.per_sm) != 3) f = Forced{};
+    return f;
+  }();
+  auto ks_ok = [](int k) { return k == 1 || k == 2 || k == 4 || k == 8; };
+  if (ks_ok(forced.ks_up)) ks_up = forced.ks_up;
+  if (ks_ok(forced.ks_down)) ks_down = forced.ks_down;
+  const int per_sm = forced.per_sm > 0 ? forced.per_sm : 2;
   const int cb_up = wo_cb(1, ks_up, a.D / 32), cb_down = wo_cb(1, ks_down, a.F / 32);
   if (cb_up < 1 || cb_down < 1) return false;
-  const int cta_cap = std::max(1, (2 * sms + a.topk - 1) / a.topk);
+  const int cta_cap = std::max(1, (per_sm * sms + a.topk - 1) / a.topk);
   const unsigned gx_up = unsigned(std::min((up_items + kWoWarps / ks_up - 1) / (kWoWarps / ks_up), cta_cap));
   const unsigned gx_down = unsigned(std::min((down_items + kWoWarps / ks_down - 1) / (kWoWarps / ks_down), cta_cap));
   const std::string up = "smelt_moe_up_" + fmt + "_wo_mma", down = "smelt_moe_down_" + fmt + "_wo_mma";

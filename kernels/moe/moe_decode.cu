@@ -203,6 +203,16 @@ extern "C" __global__ void smelt_moe_gate_dots(const float* x, int D, const void
 
 constexpr int kRouteRegs = 16;  // experts a lane holds in registers for the picks (E <= 512)
 
+// The warp's best (value v, expert b) under smelt_moe_route's order (larger value, equal values the lower expert;
+// b < 0: none), from each lane's own best: every lane ends with the same winner.
+__device__ __forceinline__ void route_argmax_warp(float& v, int& b) {
+  for (int o = 16; o >= 1; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    const int ob = __shfl_xor_sync(0xffffffffu, b, o);
+    if (ob >= 0 && (b < 0 || ov > v || (ov == v && ob < b))) v = ov, b = ob;
+  }
+}
+
 extern "C" __global__ void smelt_moe_route_select(const float* dots, int E, const void* bias, int bdt,
                                                   const void* tid2eid, int t64, i64 vocab, const i32* ids, int K,
                                                   int scoring, int norm_topk_prob, float route_scale, float gate_temp,
@@ -282,11 +292,7 @@ extern "C" __global__ void smelt_moe_route_select(const float* dots, int E, cons
 #pragma unroll
         for (int i = 0; i < kRouteRegs; ++i)  // ascending e per lane: strict > keeps the lower
           if (((open >> i) & 1u) && (b < 0 || v[i] > bv)) bv = v[i], b = lane + 32 * i;
-        for (int o = 16; o >= 1; o >>= 1) {
-          const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-          const int ob = __shfl_xor_sync(0xffffffffu, b, o);
-          if (ob >= 0 && (b < 0 || ov > bv || (ov == bv && ob < b))) bv = ov, b = ob;
-        }
+        route_argmax_warp(bv, b);
         if (b >= 0 && (b & 31) == lane) open &= ~(1u << (b >> 5));
         if (lane == 0) pick[t] = b;
       }
@@ -298,11 +304,7 @@ extern "C" __global__ void smelt_moe_route_select(const float* dots, int E, cons
         int b = -1;
         for (int e = lane; e < E; e += 32)  // ascending e per lane: strict > keeps the lower
           if (!taken[e] && (b < 0 || sel[e] > v)) v = sel[e], b = e;
-        for (int o = 16; o >= 1; o >>= 1) {
-          const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-          const int ob = __shfl_xor_sync(0xffffffffu, b, o);
-          if (ob >= 0 && (b < 0 || ov > v || (ov == v && ob < b))) v = ov, b = ob;
-        }
+        route_argmax_warp(v, b);
         if (b >= 0 && (b & 31) == lane) taken[b] = 1;
         if (lane == 0) pick[t] = b;
       }

@@ -169,44 +169,46 @@ unsigned gate_dots_smem(int warps, int D, int gsz) {
 
 TEST(CudaSmallDecodeKernels, StagedRouterEqualsTheOneBlockRouter) {
   NEED_GPU();
-  const int E = 384, K = 6, vocab = 50;
-  // 5120: V4.1-Flash; 37: rows not a multiple of 16 bytes (the staging's 4- and 2-byte loads).
-  for (int D : {5120, 37})
-    for (int gdt : {0, 1})
-      for (int warps : {2, 1}) {
-        const int rows = 3, gsz = gdt ? 2 : 4;
-        auto x = randn(size_t(rows) * D, 101);
-        auto gate = randn(size_t(E) * D, 102, 0.05f);
-        for (int c = 0; c < D; ++c) gate[size_t(9) * D + c] = gate[size_t(200) * D + c];  // ties: the lower expert
-        auto bias = randn(E, 103, 0.01f);
-        DevPtr dx = gpu().put(x), dg = gdt ? gpu().put(bf16_bits(gate)) : gpu().put(gate), db = gpu().put(bias);
-        std::vector<int32_t> t2e(size_t(vocab) * K);
-        std::mt19937 rng(104);
-        for (auto& v : t2e) v = int32_t(rng() % (E + 8)) - 4;  // some out of range: -1 slots
-        std::vector<int64_t> t2e64(t2e.begin(), t2e.end());
-        DevPtr dt32 = gpu().put(t2e), dt64 = gpu().put(t2e64);
-        DevPtr ids = gpu().put(std::vector<int32_t>{7, -1, 49});
-        for (int mode = 0; mode < 4; ++mode) {  // 0 bias, 1 no bias, 2 tid2eid i32, 3 tid2eid i64
-          for (int scoring : {0, 1, 2}) {
-            const DevPtr bias_p = mode == 0 ? db : DevPtr(0), t2e_p = mode == 2 ? dt32 : mode == 3 ? dt64 : DevPtr(0);
-            const int t64 = mode == 3;
-            const float temp = scoring == 2 ? 1.25f : 1.0f;
-            DevPtr w0 = gpu().alloc(rows * K * 4), i0 = gpu().alloc(rows * K * 4), w1 = gpu().alloc(rows * K * 4),
-                   i1 = gpu().alloc(rows * K * 4), dots = gpu().alloc(size_t(rows) * E * 4);
-            gpu().launch("moe", "smelt_moe_route", rows, 1, 1, 256, unsigned(2 * E * 4), dx, D, dg, gdt, E, bias_p, 0,
-                         t2e_p, t64, int64_t(vocab), ids, K, scoring, 1, 2.5f, temp, w0, i0);
-            gpu().launch("moe", "smelt_moe_gate_dots", cdiv(E, warps), rows, 1, 32 * warps,
-                         gate_dots_smem(warps, D, gsz), dx, D, dg, gdt, E, dots);
-            gpu().launch("moe", "smelt_moe_route_select", rows, 1, 1, 256, unsigned((3 * E + K) * 4), dots, E, bias_p,
-                         0, t2e_p, t64, int64_t(vocab), ids, K, scoring, 1, 2.5f, temp, w1, i1);
-            const std::string what = "D " + std::to_string(D) + " gdt " + std::to_string(gdt) + " warps " +
-                                     std::to_string(warps) + " mode " + std::to_string(mode) + " scoring " +
-                                     std::to_string(scoring);
-            EXPECT_EQ(gpu().get<int32_t>(i1, rows * K), gpu().get<int32_t>(i0, rows * K)) << what;
-            expect_bits_equal(gpu().get<float>(w1, rows * K), gpu().get<float>(w0, rows * K), what + " weights");
+  const int K = 6, vocab = 50;
+  // 384 experts: V4.1-Flash (route_select's picks from registers); 600: more than a lane's kRouteRegs (its picks from
+  // shared memory). D 5120: V4.1-Flash; 37: rows not a multiple of 16 bytes (the staging's 4- and 2-byte loads).
+  for (int E : {384, 600})
+    for (int D : {5120, 37})
+      for (int gdt : {0, 1})
+        for (int warps : {2, 1}) {
+          const int rows = 3, gsz = gdt ? 2 : 4;
+          auto x = randn(size_t(rows) * D, 101);
+          auto gate = randn(size_t(E) * D, 102, 0.05f);
+          for (int c = 0; c < D; ++c) gate[size_t(9) * D + c] = gate[size_t(200) * D + c];  // ties: the lower expert
+          auto bias = randn(E, 103, 0.01f);
+          DevPtr dx = gpu().put(x), dg = gdt ? gpu().put(bf16_bits(gate)) : gpu().put(gate), db = gpu().put(bias);
+          std::vector<int32_t> t2e(size_t(vocab) * K);
+          std::mt19937 rng(104);
+          for (auto& v : t2e) v = int32_t(rng() % (E + 8)) - 4;  // some out of range: -1 slots
+          std::vector<int64_t> t2e64(t2e.begin(), t2e.end());
+          DevPtr dt32 = gpu().put(t2e), dt64 = gpu().put(t2e64);
+          DevPtr ids = gpu().put(std::vector<int32_t>{7, -1, 49});
+          for (int mode = 0; mode < 4; ++mode) {  // 0 bias, 1 no bias, 2 tid2eid i32, 3 tid2eid i64
+            for (int scoring : {0, 1, 2}) {
+              const DevPtr bias_p = mode == 0 ? db : DevPtr(0), t2e_p = mode == 2 ? dt32 : mode == 3 ? dt64 : DevPtr(0);
+              const int t64 = mode == 3;
+              const float temp = scoring == 2 ? 1.25f : 1.0f;
+              DevPtr w0 = gpu().alloc(rows * K * 4), i0 = gpu().alloc(rows * K * 4), w1 = gpu().alloc(rows * K * 4),
+                     i1 = gpu().alloc(rows * K * 4), dots = gpu().alloc(size_t(rows) * E * 4);
+              gpu().launch("moe", "smelt_moe_route", rows, 1, 1, 256, unsigned(2 * E * 4), dx, D, dg, gdt, E, bias_p, 0,
+                           t2e_p, t64, int64_t(vocab), ids, K, scoring, 1, 2.5f, temp, w0, i0);
+              gpu().launch("moe", "smelt_moe_gate_dots", cdiv(E, warps), rows, 1, 32 * warps,
+                           gate_dots_smem(warps, D, gsz), dx, D, dg, gdt, E, dots);
+              gpu().launch("moe", "smelt_moe_route_select", rows, 1, 1, 256, unsigned((3 * E + K) * 4), dots, E, bias_p,
+                           0, t2e_p, t64, int64_t(vocab), ids, K, scoring, 1, 2.5f, temp, w1, i1);
+              const std::string what = "E " + std::to_string(E) + " D " + std::to_string(D) + " gdt " +
+                                       std::to_string(gdt) + " warps " + std::to_string(warps) + " mode " +
+                                       std::to_string(mode) + " scoring " + std::to_string(scoring);
+              EXPECT_EQ(gpu().get<int32_t>(i1, rows * K), gpu().get<int32_t>(i0, rows * K)) << what;
+              expect_bits_equal(gpu().get<float>(w1, rows * K), gpu().get<float>(w0, rows * K), what + " weights");
+            }
           }
         }
-      }
 }
 
 // A NaN score sends route_select to the serial scan (NaN breaks the argmax order): the same picks as the one-block

@@ -63,10 +63,12 @@ int arch_num(const std::string& arch) {  // sm_90 -> 90, or -1
 }  // namespace
 
 // launch.h
-bool env_off(const char* name) {
+bool env_is(const char* name, const char* value) {
   const char* v = std::getenv(name);
-  return v && std::string(v) == "0";
+  return v && std::string(v) == value;
 }
+
+bool env_off(const char* name) { return env_is(name, "0"); }
 
 std::set<std::string> env_names(const char* var) {
   std::set<std::string> out;
@@ -467,10 +469,7 @@ void CudaBackend::run_ops(int rows, std::vector<CUevent>* marks, std::vector<Spa
   side_busy_.clear();  // (a run that threw left its ranges behind)
   side_slots_ = 0;
   // SMELT_CUDA_SIDE_JOIN=all: wait for the whole side stream at a conflict (before session 13; A/B timing).
-  static const bool join_all = [] {
-    const char* v = std::getenv("SMELT_CUDA_SIDE_JOIN");
-    return v && std::string(v) == "all";
-  }();
+  static const bool join_all = env_is("SMELT_CUDA_SIDE_JOIN", "all");
   if (side_now) launch_side_after(-1, rows);
   int layer = -2;
   for (size_t k = 0; k < ops_.size(); ++k) {

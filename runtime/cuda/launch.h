@@ -82,6 +82,8 @@ void run_op(const OpLaunch& l);
 bool has_launcher(const std::string& op_name);
 // The comma-separated items of $var (the backend's and launchers' list-valued switches: SMELT_CUDA_SKIP_KERNELS, ...).
 std::set<std::string> env_names(const char* var);
+// Whether $name is exactly `value` (switches with a named mode: SMELT_CUDA_WO_MMA=all, SMELT_CUDA_SIDE_JOIN=all).
+bool env_is(const char* name, const char* value);
 // Whether $name is "0" (the backend's and launchers' on-by-default switches: SMELT_CUDA_PDL, SMELT_CUDA_MMA, ...).
 bool env_off(const char* name);
 

@@ -45,10 +45,7 @@ int wo_cb(int R, int ks, int nb) {
 // (0.92 vs 0.74 ms: too few CTAs and per-block f16 conversion), so those stay on the CUDA-core kernels unless
 // SMELT_CUDA_WO_MMA=all.
 bool wo_mma_all() {
-  static const bool on = [] {
-    const char* v = std::getenv("SMELT_CUDA_WO_MMA");
-    return v && std::string(v) == "all";
-  }();
+  static const bool on = env_is("SMELT_CUDA_WO_MMA", "all");
   return on;
 }
 

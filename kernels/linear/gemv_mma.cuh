@@ -275,6 +275,64 @@ __device__ __forceinline__ void mma_stage_quant(const float* x, int rows, int K,
 }
 
 
+// The weight-only (sm_80 path) staging of `rows` rows of x (contiguous, K floats each) for the FP4 ring
+// (MmaSegment::run with HL): wo_stage's numbers (gemv_wo_mma.cuh: per 32-block a power of two 2^s puts the largest
+// finite |x| in [2^14, 2^15), hi = f16(x 2^s), lo = f16(x 2^s - hi), inf / NaN in hi with lo 0), laid out as
+// kStageF16Paired: row r's hi values at xq + 2r * stride, its lo values at xq + (2r + 1) * stride (the MMA's token
+// columns 0 and 1), the factor 2^-s at xsc[b * 8 + r] (r < 8). A thread per 32-block; call with all threads;
+// synchronises.
+__device__ __forceinline__ void mma_stage_wo(const float* x, int rows, int K, u8* xq, int stride, float* xsc) {
+  const int nb = K / 32, units = rows * nb;
+  const bool vec = (reinterpret_cast<u64>(x) & 15) == 0;
+  for (int u = threadIdx.x; u < units; u += blockDim.x) {
+    float v[32];
+    const float* p = x + i64(u) * 32;
+    if (vec) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const float4 f = reinterpret_cast<const float4*>(p)[i];
+        v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 32; ++i) v[i] = p[i];
+    }
+    float amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) amax = fabsf(v[i]) <= 3.402823466e38f ? fmaxf(amax, fabsf(v[i])) : amax;
+    // s = 14 - floor(log2 amax), at most 126 (zero / tiny blocks): 2^s and 2^-s are normal floats.
+    const int e = amax > 0.f ? int((__float_as_uint(amax) >> 23) & 0xFF) - 127 : -112;
+    const int sh = min(14 - e, 126);
+    const float up = __uint_as_float(u32(127 + sh) << 23);
+    u32 hi[16], lo[16];
+#pragma unroll
+    for (int i = 0; i < 32; i += 8)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {  // the pair (k, k + 4) of each 8: wo_e2m1_pairs' order
+        u32 h2[2], l2[2];
+#pragma unroll
+        for (int t = 0; t < 2; ++t) {
+          const float vv = v[i + j + 4 * t], y = vv * up;  // exact: a power of two, |y| < 2^15 when finite
+          const u16 h = wo_f16(y);
+          h2[t] = h;
+          l2[t] = fabsf(vv) <= 3.402823466e38f ? wo_f16(y - wo_f32(h)) : 0u;
+        }
+        hi[i / 2 + j] = h2[0] | (h2[1] << 16);
+        lo[i / 2 + j] = l2[0] | (l2[1] << 16);
+      }
+    const int r = u / nb, b = u - r * nb;
+    xsc[b * 8 + r] = __uint_as_float(u32(127 - sh) << 23);
+    uint4* dh = reinterpret_cast<uint4*>(xq + 2 * r * stride + b * 64);
+    uint4* dl = reinterpret_cast<uint4*>(xq + (2 * r + 1) * stride + b * 64);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      dh[i] = make_uint4(hi[4 * i], hi[4 * i + 1], hi[4 * i + 2], hi[4 * i + 3]);
+      dl[i] = make_uint4(lo[4 * i], lo[4 * i + 1], lo[4 * i + 2], lo[4 * i + 3]);
+    }
+  }
+  __syncthreads();
+}
+
 // E8M0 scale bytes of s as floats: the shift alone when no byte is 0x00 (2^-127) or 0xFF (NaN), e8m0_decode's selects
 // otherwise (the same values; the common case costs two instructions a scale instead of six). N: the low bytes
 // that hold scales (the others may be anything).
@@ -330,7 +388,9 @@ __device__ __forceinline__ u8* mma_warp_scales(unsigned char* sm, int K, int row
   return sm + mma_ring_offset(K, rows_staged) + kMmaWarps * kMmaRingBytes + (threadIdx.x >> 5) * mma_scale_stride(K);
 }
 
-template <bool FP4, int NW>
+// Tiled: the weights in tile order (wtile_off; the act-quant weights on sm_89+) or row-major (the weight-only paths'
+// weights on every arch).
+template <bool FP4, int NW, bool Tiled = bool(SMELT_W_TILED)>
 struct MmaSegment {
   static constexpr int SB = NW * 16 * (FP4 ? 16 : 32);  // bytes of a stage (one 32-block of 16 rows x NW)
   // Stages: as many as the ring holds, at most 16 (a power of two: the ring slot wraps by a mask); 8 for two
@@ -378,20 +438,17 @@ struct MmaSegment {
       const bool cv = nm + crow < N && (!FP4 || NW == 2 || lane < 16);
       src_bytes[m] = cv ? 16 : 0;
       const i64 row = cv ? nm + crow : n0;
-#if SMELT_W_TILED
-      // Tile order (wtile_off): block b of the tile at b * (its rows x BB), its rows one after another: every copy
-      // instruction of the warp reads one contiguous run. nm is a multiple of 16.
-      {
+      if constexpr (Tiled) {
+        // Tile order (wtile_off): block b of the tile at b * (its rows x BB), its rows one after another: every copy
+        // instruction of the warp reads one contiguous run. nm is a multiple of 16.
         const i64 nr = N - nm < 16 ? N - nm : 16;
         src[m] = FP4 ? w[m] + nm * (K / 2) + (lane & 15) * 16 : w[m] + nm * K + lane * 16;
         bstr[m] = int(nr > 0 ? nr : 16) * (FP4 ? 16 : 32);
         if (!cv) src[m] = w[m] + n0 * (FP4 ? K / 2 : K);
-        (void)row;
+      } else {
+        src[m] = FP4 ? w[m] + row * (K / 2) : w[m] + row * K + (lane & 1) * 16;
+        bstr[m] = FP4 ? 16 : 32;
       }
-#else
-      src[m] = FP4 ? w[m] + row * (K / 2) : w[m] + row * K + (lane & 1) * 16;
-      bstr[m] = FP4 ? 16 : 32;
-#endif
       if (FP4) {
         sA[m] = ws[m] + (vA ? nm + g : n0) * nb;
         sB[m] = ws[m] + (vB ? nm + g + 8 : n0) * nb;
@@ -472,7 +529,9 @@ struct MmaSegment {
   // NZ: NaN weight codes count as 0 (the exact kernels' rule). The plain pass multiplies the codes as they are
   // (a NaN code makes its rows' sums NaN: E4M3 has no inf and the staged codes hold no NaN); run_checked() redoes a
   // segment whose sums came out NaN with NZ, so the common path pays nothing for the rule.
-  template <int NC, bool NZ>
+  // HL (FP4, NC = 1): the weight-only activations, staged by mma_stage_wo as two token rows, hi (lanes g = 0) and lo
+  // (g = 1): the block sum is column 0 + column 1 and xsl[b * 8] is the block's factor 2^-s.
+  template <int NC, bool NZ, bool HL = false>
   __device__ __forceinline__ void consume(int slot, int b, u32 scale, const u8* xrow, const float* xsl,
                                           float (*acc)[2 * NC]) const {
     const int lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
@@ -497,7 +556,13 @@ struct MmaSegment {
         float c[4] = {0.f, 0.f, 0.f, 0.f};
         wo_mma(c, pa[0], pb[0], pa[1], pb[1], xb[0], xb[1]);
         wo_mma(c, pa[2], pb[2], pa[3], pb[3], xb[2], xb[3]);
-        mma_fold<NC>(acc[m], c, xf0, xf1, ws[2 * m], ws[2 * m + 1]);
+        if constexpr (HL) {
+          static_assert(NC == 1, "hi / lo columns: one token row");
+          const float bs[4] = {__fadd_rn(c[0], c[1]), 0.f, __fadd_rn(c[2], c[3]), 0.f};
+          mma_fold<1>(acc[m], bs, xf0, 0.f, ws[2 * m], ws[2 * m + 1]);
+        } else {
+          mma_fold<NC>(acc[m], c, xf0, xf1, ws[2 * m], ws[2 * m + 1]);
+        }
       }
     } else {
 #pragma unroll
@@ -549,15 +614,16 @@ struct MmaSegment {
   // groups, x2 for the NZ pass, x2 row variants) was 170 KB of SASS.
   // FP4: the unrolled ring (static slots and scale registers): its E2M1 -> E4M3 lookups make it bound by issue, not
   // by instruction fetch, and the rolled loop measured 6-10% slower for it (moe up / down, H200).
-  template <int NC, bool NZ>
+  template <int NC, bool NZ, bool HL = false>
   __device__ __forceinline__ void run(int b0, int b1, const u8* xrow, const float* xsl, float (*acc)[2 * NC]) {
     constexpr int G = SMELT_MMA_GROUP;
     static_assert(D % G == 0, "the ring holds whole groups");
+    static_assert(FP4 || !HL, "hi / lo columns: the FP4 path");
     if constexpr (FP4) {
       fp4_groups(b0, b1, [&](int bb, int j0) {
 #pragma unroll
         for (int j = j0; j < j0 + G; ++j)
-          if (bb + j < b1) consume<NC, NZ>(j, bb + j, sc[j], xrow, xsl, acc);
+          if (bb + j < b1) consume<NC, NZ, HL>(j, bb + j, sc[j], xrow, xsl, acc);
         __syncwarp();
         issue_fp4_group(j0, G, bb + j0 + D);
       });

@@ -9,23 +9,61 @@
 // up, mma_smem_bytes(F, topk) for down (topk <= 8).
 // smelt_moe_*_fp4_wgmma (sm_90a): the same with 64-row tiles (x SMELT_MMA_DOWN_TPW for down), each walked by the 4
 // warps of a warpgroup, the block sums by wgmma (MmaSegment::run_wg); groups of 2 / S tiles, S <= 2.
+// smelt_moe_*_fp4_wo_ring (sm_80+, the weight-only path of `--numerics fp32` plans): what smelt_moe_*_fp4_wo_mma
+// compute (V4 swiglu with limit, no routing weight, no roundings: the launcher passes rb = 0, round = 0) through the
+// same ring as the act-quant kernels: the activations staged as f16 hi / lo halves in two token columns
+// (mma_stage_wo, MmaSegment::run with HL), the weights row-major. The down stages only the slots of its group's
+// tiles (two halves a slot would not fit every slot beside the rings).
 #include "kernels/linear/gemv_mma.cuh"
 
 using namespace smelt_dev;
 
 namespace {
 
+constexpr int kPathAq = 0, kPathWg = 1, kPathWo = 2;  // act quant on mma.sync, act quant on wgmma, weight-only
+
+// Staged token rows a slot takes (the weight-only hi / lo halves: two).
+template <int P>
+constexpr int slot_rows() { return P == kPathWo ? 2 : 1; }
+
+// This lane's staged B rows of slot row lt (lanes g = 0, and g = 1 for the weight-only lo halves; others nullptr).
+template <int P>
+__device__ __forceinline__ const u8* lane_xrow(const u8* xq, int stride, int lt, int g) {
+  if (g == 0) return xq + i64(slot_rows<P>() * lt) * stride;
+  if (P == kPathWo && g == 1) return xq + i64(2 * lt + 1) * stride;
+  return nullptr;
+}
+
+template <int P>
+__device__ __forceinline__ void stage_rows(const float* x, int rows, int K, u8* xq, int stride, float* xsc, bool fp4) {
+  if constexpr (P == kPathWo) mma_stage_wo(x, rows, K, xq, stride, xsc);
+  else if constexpr (P == kPathWg) mma_stage_quant<kStageE4m3Split>(x, rows, K, xq, stride, xsc);
+  else if (fp4) mma_stage_quant<kStageF16Paired>(x, rows, K, xq, stride, xsc);
+  else mma_stage_quant<kStageF16>(x, rows, K, xq, stride, xsc);
+}
+
+// The bodies' arch guard: act quant on sm_89+ (E4M3 conversions), wgmma on sm_90a, weight-only on sm_80+.
+#if defined(__CUDA_ARCH__)
+template <int P>
+constexpr bool path_arch_ok() {
+  return P == kPathWo ? __CUDA_ARCH__ >= 800 : P == kPathWg ? (__CUDA_ARCH__ >= 890 && SMELT_WGMMA) : __CUDA_ARCH__ >= 890;
+}
+#endif
+
 // up: h[t, f] = the swiglu of up_dec_body from g = x . w1[f], u = x . w3[f] of slot t's expert. WG: the wgmma
 // path (FP4, sm_90a): a tile is 64 rows walked by a warpgroup, warp q of it rows 16 q .. 16 q + 15.
-template <bool FP4, bool WG>
+template <bool FP4, int P>
 __device__ void up_mma_body(const float* x, int D, int F, int topk, const i32* idx, int n_experts, const float* rw,
                             const ExpertW& w, int blk, float limit, int rb, float* h, int S) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890 && (!WG || SMELT_WGMMA)
+#if defined(__CUDA_ARCH__)
+  if constexpr (path_arch_ok<P>()) {
+  constexpr bool WG = P == kPathWg, WO = P == kPathWo;
+  constexpr int RS = slot_rows<P>();  // staged rows of the one token row
   extern __shared__ __align__(16) unsigned char mma_sm[];
   const int nb = D / 32, stride = mma_x_stride(D);
-  mma_check_smem(D, 1);
+  mma_check_smem(D, RS);
   u8* xq = mma_sm;
-  float* xsc = reinterpret_cast<float*>(mma_sm + stride);
+  float* xsc = reinterpret_cast<float*>(mma_sm + RS * stride);
   float* part = xsc + nb * 8;
   constexpr int WR = WG ? 4 : 1, TR = 16 * WR;  // warps a tile, its rows
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
@@ -36,8 +74,8 @@ __device__ void up_mma_body(const float* x, int D, int F, int topk, const i32* i
   mma_seg_range(nb, seg, S, b0, b1);
   // Each group: its tile's expert, then its first weight blocks in flight before anything else (for the first
   // group, before the act-quant staging, which every thread of the block runs once).
-  MmaSegment<FP4, 2> ms;
-  const u8* xrow = g == 0 ? xq : nullptr;
+  MmaSegment<FP4, 2, WO ? false : bool(SMELT_W_TILED)> ms;
+  const u8* xrow = lane_xrow<P>(xq, stride, 0, g);
   // Routed slots: the experts come from the routing kernel, so wait first, and only then let the down be scheduled
   // (it reads the experts before its own wait). The shared expert (idx null) has its first weight blocks in flight
   // before the dependent-launch wait, as the linear GEMVs.
@@ -52,12 +90,13 @@ __device__ void up_mma_body(const float* x, int D, int F, int topk, const i32* i
       const u8* sm[2] = {eptr(w, e, 1), eptr(w, e, 5)};
       // a warp of a wgmma tile past F: every row reads 0, pointers at the tile's first row
       const bool past = WG && f0 >= F;
-      ms.init(wm, sm, past ? ft : f0, past ? ft : F, D, blk, mma_warp_ring(mma_sm, D, 1), mma_warp_scales(mma_sm, D, 1));
+      ms.init(wm, sm, past ? ft : f0, past ? ft : F, D, blk, mma_warp_ring(mma_sm, D, RS),
+              mma_warp_scales(mma_sm, D, RS));
       ms.prefetch(b0, b1);
     }
     if (grp == int(blockIdx.x)) {
       if (!idx) grid_dep_wait();
-      mma_stage_quant<WG ? kStageE4m3Split : FP4 ? kStageF16Paired : kStageF16>(x, 1, D, xq, stride, xsc);
+      stage_rows<P>(x, 1, D, xq, stride, xsc, FP4);
     }
     float acc[2][2] = {{0.f, 0.f}, {0.f, 0.f}};  // [g, u][rows g, g + 8]
     if (e >= 0) {
@@ -65,7 +104,8 @@ __device__ void up_mma_body(const float* x, int D, int F, int topk, const i32* i
       if constexpr (WG) ms.run_wg(b0, b1, smem_addr(xq), xsc, acc);
       else
 #endif
-        ms.template run_checked<1>(b0, b1, xrow, xsc, acc);
+      if constexpr (WO) ms.template run<1, false, true>(b0, b1, xrow, xsc, acc);
+      else ms.template run_checked<1>(b0, b1, xrow, xsc, acc);
     }
     if (S > 1) mma_combine<4>(part, &acc[0][0], S, WR);
     if (seg != 0 || tile >= tiles || tig != 0) continue;
@@ -74,26 +114,25 @@ __device__ void up_mma_body(const float* x, int D, int F, int topk, const i32* i
       const int f = f0 + g + 8 * i;
       if (f >= F) continue;
       const i64 o = i64(t) * F + f;
-      h[o] = e < 0 ? 0.f : swiglu_v41(acc[0][i], acc[1][i], limit, rb, rw, t);
+      h[o] = e < 0 ? 0.f : WO ? swiglu(acc[0][i], acc[1][i], limit) : swiglu_v41(acc[0][i], acc[1][i], limit, rb, rw, t);
     }
   }
-#else
-  __trap();  // the runtime launches these on sm_89+ only (the wgmma ones on sm_90a cubins)
+  } else {
+    __trap();  // the runtime launches these where path_arch_ok holds (the wgmma ones on sm_90a cubins)
+  }
 #endif
 }
 
 // down: out[t, d] = act_quant(h[t]) . w2[d] of slot t's expert (bf16 when rb and the slot is valid, or round). WG as in
 // up_mma_body: a tile is 64 x TPW rows, warp q of its warpgroup rows 16 q + 64 m of each of the TPW matrices.
-template <bool FP4, bool WG>
+template <bool FP4, int P>
 __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32* idx, int n_experts,
                               const ExpertW& w, int blk, int rb, int round, float* out, int S) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890 && (!WG || SMELT_WGMMA)
+#if defined(__CUDA_ARCH__)
+  if constexpr (path_arch_ok<P>()) {
+  constexpr bool WG = P == kPathWg, WO = P == kPathWo;
   extern __shared__ __align__(16) unsigned char mma_sm[];
   const int nb = F / 32, stride = mma_x_stride(F);
-  mma_check_smem(F, topk);
-  u8* xq = mma_sm;
-  float* xsc = reinterpret_cast<float*>(mma_sm + topk * stride);
-  float* part = xsc + nb * 8;
   constexpr int WR = WG ? 4 : 1;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
   const int unit = warp / WR, q = warp % WR;
@@ -101,9 +140,17 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
   constexpr int TPW = SMELT_MMA_DOWN_TPW;  // 16-row matrices a warp walks at once (as the linear GEMV's TPW)
   constexpr int TR = 16 * WR * TPW;        // rows of a tile
   const int tps = (D + TR - 1) / TR, tiles = topk * tps, groups = (tiles + tpg - 1) / tpg;
+  // Staged slots: every slot (act quant), or (weight-only) the most a group's tpg tiles span, restaged per group
+  // (runtime/cuda/ops_wo_mma.cc sizes the shared memory with the same count).
+  const int span = WO ? min(topk, (tpg + tps - 2) / tps + 1) : topk, RS = slot_rows<P>() * span;
+  mma_check_smem(F, RS);
+  u8* xq = mma_sm;
+  float* xsc = reinterpret_cast<float*>(mma_sm + RS * stride);
+  float* part = xsc + nb * 8;
   int b0, b1;
   mma_seg_range(nb, seg, S, b0, b1);
-  MmaSegment<FP4, TPW> ms;  // as in up_mma_body: the group's first weight blocks in flight first
+  MmaSegment<FP4, TPW, WO ? false : bool(SMELT_W_TILED)> ms;  // as in up_mma_body: the group's first weight blocks first
+  int staged_lo = -1;  // weight-only: the first slot staged
   // Routed slots too: the up lets this grid be scheduled only after its own wait for the routing, so the expert
   // indices are final before this grid's wait (read from L2), and the first group's weights stream in while the up
   // finishes.
@@ -117,29 +164,36 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
 #pragma unroll
       for (int m = 0; m < TPW; ++m) wm[m] = eptr(w, e, 2), sm[m] = eptr(w, e, 3);
       const bool past = WG && d0 >= D;  // as in up_mma_body
-      ms.init(wm, sm, past ? dt : d0, past ? dt : D, F, blk, mma_warp_ring(mma_sm, F, topk),
-              mma_warp_scales(mma_sm, F, topk), 16 * WR);
+      ms.init(wm, sm, past ? dt : d0, past ? dt : D, F, blk, mma_warp_ring(mma_sm, F, RS),
+              mma_warp_scales(mma_sm, F, RS), 16 * WR);
       ms.prefetch(b0, b1);
     }
-    // slot t's row: xq + t * stride, scales xsc[b * 8 + t]. A block that runs one group only stages the slots of its
-    // tiles (tiles are slot-major: one or two slots of the topk), the others every slot.
+    // Act quant: slot t's row at xq + t * stride, scales xsc[b * 8 + t]; a block that runs one group only stages
+    // the slots of its tiles (tiles are slot-major: one or two slots of the topk), the others every slot.
+    // Weight-only: the group's slots t_lo .. t_hi at local rows t - t_lo (restaged when a later group starts at
+    // another slot; every thread of the block walks the same groups, so the syncs are uniform).
+    const int g_lo = (grp * tpg) / tps, g_hi = min(grp * tpg + tpg - 1, tiles - 1) / tps;
     if (grp == int(blockIdx.x)) {
       grid_dep_wait();
-      int t_lo = 0, t_hi = topk - 1;
-      if (int(gridDim.x) >= groups) {
-        t_lo = (grp * tpg) / tps;
-        t_hi = min(grp * tpg + tpg - 1, tiles - 1) / tps;
-      }
-      mma_stage_quant<WG ? kStageE4m3Split : FP4 ? kStageF16Paired : kStageF16>(
-          h + i64(t_lo) * F, t_hi - t_lo + 1, F, xq + t_lo * stride, stride, xsc + t_lo);
+      const bool own = WO || int(gridDim.x) >= groups;
+      const int t_lo = own ? g_lo : 0, t_hi = own ? g_hi : topk - 1;
+      const int r0 = WO ? 0 : t_lo;  // staged row of t_lo
+      stage_rows<P>(h + i64(t_lo) * F, t_hi - t_lo + 1, F, xq + slot_rows<P>() * r0 * stride, stride, xsc + r0, FP4);
+      staged_lo = t_lo;
+    } else if (WO && g_lo != staged_lo) {
+      __syncthreads();  // every warp is done with the staged slots
+      stage_rows<P>(h + i64(g_lo) * F, g_hi - g_lo + 1, F, xq, stride, xsc, FP4);
+      staged_lo = g_lo;
     }
+    const int lt = WO ? t - staged_lo : t;  // this tile's staged slot row
     float acc[TPW][2] = {};
     if (e >= 0) {
 #if SMELT_WGMMA
       if constexpr (WG) ms.run_wg(b0, b1, smem_addr(xq + t * stride), xsc + t, acc);
       else
 #endif
-        ms.template run_checked<1>(b0, b1, g == 0 ? xq + t * stride : nullptr, xsc + t, acc);
+      if constexpr (WO) ms.template run<1, false, true>(b0, b1, lane_xrow<P>(xq, stride, lt, g), xsc + lt, acc);
+      else ms.template run_checked<1>(b0, b1, lane_xrow<P>(xq, stride, lt, g), xsc + lt, acc);
     }
     if (S > 1) mma_combine<2 * TPW>(part, &acc[0][0], S, WR);
     if (seg != 0 || tile >= tiles || tig != 0) continue;
@@ -153,29 +207,32 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
         out[i64(t) * D + d] = ((rb && e >= 0) || round) ? round_bf16(y) : y;
       }
   }
-#else
-  __trap();
+  } else {
+    __trap();
+  }
 #endif
 }
 
 }  // namespace
 
-#define SMELT_MOE_MMA(NAME, FP4, SUFFIX, WG)                                                                      \
+#define SMELT_MOE_MMA(NAME, FP4, SUFFIX, P)                                                                       \
   extern "C" __global__ void __launch_bounds__(256, SMELT_MMA_MIN_BLOCKS)                                           \
   smelt_moe_up_##NAME##_##SUFFIX(const float* x, int D, int F, int topk, const i32* idx,                             \
                                  int n_experts, const float* rw, ExpertW w, int blk,                                \
                                  float limit, int rb, float* h, int ksplit) {                                       \
     SMELT_KERNEL_PROLOGUE_IN_BODY(); /* wait (first, unless the shared expert), then launch the dependents */    \
-    up_mma_body<FP4, WG>(x, D, F, topk, idx, n_experts, rw, w, blk, limit, rb, h, ksplit);                        \
+    up_mma_body<FP4, P>(x, D, F, topk, idx, n_experts, rw, w, blk, limit, rb, h, ksplit);                         \
   }                                                                                                               \
   extern "C" __global__ void __launch_bounds__(256, SMELT_MMA_MIN_BLOCKS)                                           \
   smelt_moe_down_##NAME##_##SUFFIX(const float* h, int D, int F, int topk, const i32* idx,                           \
                                    int n_experts, ExpertW w, int blk, int rb, int round,                            \
                                    float* out, int ksplit) {                                                        \
     SMELT_KERNEL_PROLOGUE_WEIGHTS_FIRST();                                                                        \
-    down_mma_body<FP4, WG>(h, D, F, topk, idx, n_experts, w, blk, rb, round, out, ksplit);                        \
+    down_mma_body<FP4, P>(h, D, F, topk, idx, n_experts, w, blk, rb, round, out, ksplit);                         \
   }
-SMELT_MOE_MMA(fp8, false, mma, false)
-SMELT_MOE_MMA(fp4, true, mma, false)
+SMELT_MOE_MMA(fp8, false, mma, kPathAq)
+SMELT_MOE_MMA(fp4, true, mma, kPathAq)
 // FP4 on wgmma: launched on sm_90 (whose cubins are built for sm_90a); elsewhere the bodies trap.
-SMELT_MOE_MMA(fp4, true, wgmma, true)
+SMELT_MOE_MMA(fp4, true, wgmma, kPathWg)
+// FP4 weight-only (sm_80+; rw, rb and round unused: the launcher passes 0).
+SMELT_MOE_MMA(fp4, true, wo_ring, kPathWo)

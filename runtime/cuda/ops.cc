@@ -329,7 +329,8 @@ void run_experts(Ctx& c, bool routed) {
     return;
   }
   if (D % 8 || F % 8) c.fail("the cuda expert kernels need dim and inter multiples of 8");
-  if (!(scaled && detail::mma_kernels(l, 80) && detail::try_experts_wo_mma(c, el))) {  // else tensor cores
+  if (!(scaled && detail::mma_kernels(l, 80) &&
+        (detail::try_experts_wo_ring(c, el) || detail::try_experts_wo_mma(c, el)))) {  // else tensor cores
     // One row: 1, 2 or 4 columns a warp with weight loads in flight, the same bits (kernels/moe/moe.cu *_r1);
     // SMELT_CUDA_DECODE_KERNELS=0 keeps the warp-per-column kernels.
     const bool r1 = rows == 1 && detail::decode_kernels();

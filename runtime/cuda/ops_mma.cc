@@ -101,4 +101,26 @@ bool try_experts_mma(Ctx& c, const ExpertsLaunch& a) {
   return true;
 }
 
+// The weight-only FP4 expert FFN of one row (moe_mma.cu smelt_moe_*_fp4_wo_ring, sm_80+): the act-quant kernels' ring
+// with the activations as f16 hi / lo halves; the down stages the slots its group's tiles span (the kernel's count).
+// $SMELT_CUDA_WO_RING=0: the wo_mma kernels (A/B timing). Measured: docs/performance.md "Session 15".
+bool try_experts_wo_ring(Ctx& c, const ExpertsLaunch& a) {
+  static const bool on = !env_off("SMELT_CUDA_WO_RING");
+  if (!on || c.l.rows != 1 || std::string(a.f.fmt) != "fp4" || a.topk < 1 || a.topk > 8 || a.D % 32 || a.F % 32)
+    return false;
+  const unsigned blocks = gemv_blocks(c.l);
+  const int64_t tiles_up = int64_t(a.topk) * ((a.F + 15) / 16);
+  const int tps_down = (a.D + 16 * kMmaDownTpw - 1) / (16 * kMmaDownTpw);
+  const int64_t tiles_down = int64_t(a.topk) * tps_down;
+  const int s_up = ksplit(tiles_up, a.D / 32, blocks), s_down = ksplit(tiles_down, a.F / 32, blocks);
+  const int tpg = kMmaWarps / s_down, span = std::min(a.topk, (tpg + tps_down - 2) / tps_down + 1);
+  const unsigned smem_up = mma_smem(a.D, 2), smem_down = mma_smem(a.F, 2 * span);
+  if (smem_up > mma_smem_max(c.l) || smem_down > mma_smem_max(c.l)) return false;
+  c.go("smelt_moe_up_fp4_wo_ring", grid(tiles_up, s_up, blocks), 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk,
+       a.idx, a.n_experts, DevPtr(0), a.ew, int(a.f.blk), a.limit, 0, a.h, s_up);
+  c.go("smelt_moe_down_fp4_wo_ring", grid(tiles_down, s_down, blocks), 1, 1, kMmaWarps * 32, smem_down, a.h, a.D,
+       a.F, a.topk, a.idx, a.n_experts, a.ew, int(a.f.blk), 0, 0, a.out, s_down);
+  return true;
+}
+
 }  // namespace smelt::runtime::cuda::detail

@@ -1,5 +1,7 @@
-// Tensor-core weight-only GEMVs (kernels/linear/linear_wo_mma.cu, kernels/moe/moe_wo_mma.cu) against a float64
-// oracle written here (exact dequantization, the dot in double) and against the CUDA-core fp32 kernels.
+// Tensor-core weight-only GEMVs (kernels/linear/linear_wo_mma.cu, kernels/moe/moe_wo_mma.cu, and the one-row FP4
+// expert kernels on the act-quant ring, kernels/moe/moe_mma.cu *_fp4_wo_ring) against a float64 oracle written here
+// (exact dequantization, the dot in double) and against the CUDA-core fp32 kernels. The ring kernels sum a block's
+// hi and lo halves in two MMA columns and add them once (one more fp32 rounding a block, inside the same bound).
 //
 // Tolerance (docs/performance.md "Tensor-core weight-only decode"): with mag = sum_k |x_k w_k| and nb = K / 32,
 //   |y - exact| <= (nb + 32) * 2^-24 * mag
@@ -183,10 +185,23 @@ TEST(WoMma, LinearRealShapes) {
   check_linear(true, 8, 8192, 512, 1, 32, 8, 4, 96);
 }
 
+// The FP4 ring kernels (kernels/moe/moe_mma.cu smelt_moe_*_fp4_wo_ring, one row): their launch, as
+// runtime/cuda/ops_mma.cc sizes it (gemv_mma.cuh mma_smem_bytes; the down stages the slots a group's tiles span).
+// grid 0: the launcher's persistent grid (two blocks an SM); S: the K split (1, 2, 4, 8).
+struct Ring {
+  bool on = false;
+  unsigned grid_up = 0, grid_down = 0;
+  int s_up = 1, s_down = 1;
+};
+unsigned mma_smem(int K, int rows_staged) {
+  return unsigned(rows_staged * (2 * K + 64) + (K / 32) * 32 + 8 * 4 * 32 * 4 + 8 * (8192 + (2 * (K / 32) + 15) / 16 * 16));
+}
+
 // Experts: E experts, slots idx [rows * topk] (-1 = none); up h = swiglu(x w1, x w3), down out = h w2.
 void check_experts(bool fp4, int rows, int topk, int E, int D, int F, int blk, const std::vector<int>& idx, int ks_up,
-                   int ks_down, uint32_t seed) {
-  SCOPED_TRACE(std::string(fp4 ? "fp4" : "fp8") + " experts D " + std::to_string(D) + " F " + std::to_string(F));
+                   int ks_down, uint32_t seed, Ring ring = {}) {
+  SCOPED_TRACE(std::string(fp4 ? "fp4" : "fp8") + " experts D " + std::to_string(D) + " F " + std::to_string(F) +
+               (ring.on ? " ring S " + std::to_string(ring.s_up) + "/" + std::to_string(ring.s_down) : ""));
   const float limit = 7.f;
   std::vector<QW> w1, w2, w3;
   for (int e = 0; e < E; ++e) {
@@ -218,13 +233,28 @@ void check_experts(bool fp4, int rows, int topk, int E, int D, int F, int blk, c
   DevPtr out = gpu().alloc(size_t(RT) * D * 4), outc = gpu().alloc(size_t(RT) * D * 4);
   const std::string f = fp4 ? "fp4" : "fp8";
   const int cb_up = (D / 32 + ks_up - 1) / ks_up, cb_down = (F / 32 + ks_down - 1) / ks_down;
-  gpu().launch("moe", ("smelt_moe_up_" + f + "_wo_mma").c_str(), 30, unsigned(RT), 1, 256, wo_smem(1, ks_up * cb_up),
-               dx, D, F, topk, didx, E, ew, blk, limit, h, ks_up, cb_up);
+  // ring: the tiles (16 rows; the down's 2 x 16), the groups of 8 / S tiles, the slots a down group spans.
+  const int tiles_up = topk * ((F + 15) / 16), tps_down = (D + 31) / 32, tiles_down = topk * tps_down;
+  const int tpg_down = 8 / ring.s_down, span = std::min(topk, (tpg_down + tps_down - 2) / tps_down + 1);
+  auto ring_grid = [](unsigned forced, int tiles, int S) {
+    const unsigned groups = unsigned((tiles * S + 7) / 8);
+    return forced ? std::min(forced, groups) : std::min(groups, 2u * unsigned(gpu().multiprocessors()));
+  };
+  if (ring.on)
+    gpu().launch("moe", "smelt_moe_up_fp4_wo_ring", ring_grid(ring.grid_up, tiles_up, ring.s_up), 1, 1, 256,
+                 mma_smem(D, 2), dx, D, F, topk, didx, E, DevPtr(0), ew, blk, limit, 0, h, ring.s_up);
+  else
+    gpu().launch("moe", ("smelt_moe_up_" + f + "_wo_mma").c_str(), 30, unsigned(RT), 1, 256,
+                 wo_smem(1, ks_up * cb_up), dx, D, F, topk, didx, E, ew, blk, limit, h, ks_up, cb_up);
   gpu().launch("moe", ("smelt_moe_up_" + f).c_str(), unsigned((F + 7) / 8), unsigned(RT), 1, 256, 0, dx, D, F, topk,
                didx, E, ew, blk, limit, hc);
   auto hv = gpu().get<float>(h, size_t(RT) * F), hcv = gpu().get<float>(hc, size_t(RT) * F);
-  gpu().launch("moe", ("smelt_moe_down_" + f + "_wo_mma").c_str(), 30, unsigned(RT), 1, 256,
-               wo_smem(1, ks_down * cb_down), h, D, F, topk, didx, E, ew, blk, out, ks_down, cb_down);
+  if (ring.on)
+    gpu().launch("moe", "smelt_moe_down_fp4_wo_ring", ring_grid(ring.grid_down, tiles_down, ring.s_down), 1, 1, 256,
+                 mma_smem(F, 2 * span), h, D, F, topk, didx, E, ew, blk, 0, 0, out, ring.s_down);
+  else
+    gpu().launch("moe", ("smelt_moe_down_" + f + "_wo_mma").c_str(), 30, unsigned(RT), 1, 256,
+                 wo_smem(1, ks_down * cb_down), h, D, F, topk, didx, E, ew, blk, out, ks_down, cb_down);
   gpu().launch("moe", ("smelt_moe_down_" + f).c_str(), unsigned((D + 7) / 8), unsigned(RT), 1, 256, 0, h, D, F, topk,
                didx, E, ew, blk, outc);
   auto ov = gpu().get<float>(out, size_t(RT) * D), ocv = gpu().get<float>(outc, size_t(RT) * D);
@@ -270,8 +300,8 @@ void check_experts(bool fp4, int rows, int topk, int E, int D, int F, int blk, c
   EXPECT_LE(ed.worst, 1.0) << "down: tensor-core kernel vs float64";
   EXPECT_LE(edc.worst, 1.0) << "down: CUDA-core kernel vs float64";
   EXPECT_LE(ed.rms(), std::ldexp(1.0, -21)) << "down: rms of |err| / mag";
-  std::printf("  %s experts D %d F %d: worst/tol up %.3g down mma %.3g cuda-core %.3g, rms err/mag down %.3g\n",
-              f.c_str(), D, F, worst_h, ed.worst, edc.worst, ed.rms());
+  std::printf("  %s experts D %d F %d%s: worst/tol up %.3g down mma %.3g cuda-core %.3g, rms err/mag down %.3g\n",
+              f.c_str(), D, F, ring.on ? " (ring)" : "", worst_h, ed.worst, edc.worst, ed.rms());
 }
 
 TEST(WoMma, ExpertsSmall) {
@@ -288,6 +318,18 @@ TEST(WoMma, ExpertsRealShapes) {
   check_experts(true, 1, 6, 6, 5120, 2304, 32, {0, 1, 2, 3, 4, 5}, 2, 2, 110);
   check_experts(false, 1, 6, 6, 5120, 2304, 128, {5, 4, 3, 2, 1, 0}, 2, 2, 111);
   check_experts(false, 1, 1, 1, 5120, 2304, 128, {0}, 8, 8, 112);
+}
+
+// The FP4 ring kernels of one row: small shapes with every K split, persistent grids of one or two blocks (the down
+// restages its slots group by group), an invalid slot; the V4.1-Flash routed shape with the launcher's grid and split.
+TEST(WoMma, ExpertsRing) {
+  NEED_GPU();
+  for (int s : {1, 2, 4, 8}) {
+    check_experts(true, 1, 3, 4, 256, 96, 32, {2, -1, 0}, 1, 1, 120 + s, Ring{true, 0, 0, s, s});
+    check_experts(true, 1, 3, 4, 256, 96, 32, {3, 1, -1}, 1, 1, 130 + s, Ring{true, 1, 2, s, s});
+  }
+  check_experts(true, 1, 6, 6, 5120, 2304, 32, {0, 1, 2, 3, 4, 5}, 1, 1, 140, Ring{true, 0, 0, 1, 1});
+  check_experts(true, 1, 6, 6, 5120, 2304, 32, {5, 3, 1, 0, 2, 4}, 1, 1, 141, Ring{true, 0, 0, 2, 1});
 }
 
 }  // namespace

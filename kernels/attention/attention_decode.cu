@@ -43,6 +43,10 @@ constexpr int kDecThreads = 256;  // block of the scores / tiles kernels
 // d + q * k with the one-block kernel's operation: fmaf (V4) or a double add of the exact product (V4.1).
 __device__ __forceinline__ float dec_mac(float q, float k, float d) { return fmaf(q, k, d); }
 __device__ __forceinline__ double dec_mac(float q, float k, double d) { return d + double(q) * double(k); }
+// The same with the probability already a double: the V4.1 tiles kernel stages them as doubles in shared memory,
+// each converted once a block instead of once a thread (the conversions had been a third of that kernel's stall
+// samples, Nsight Compute, session 15). double(float) is exact: the same numbers.
+__device__ __forceinline__ double dec_mac(double q, float k, double d) { return d + q * double(k); }
 
 // kr[i] = row[lane + 32 i] (0 past hd or for an empty slot).
 __device__ __forceinline__ void dec_load_row(const float* row, int hd, int lane, float* kr) {
@@ -76,7 +80,7 @@ __device__ __forceinline__ T dec_dots(const float* qs, const float* kr, int hd, 
 // skipped. The K=V values of channel d are loaded a half tile at a time, so 32 loads are in flight together (all 64
 // took the tiles kernel past 128 registers: one block a multiprocessor).
 template <typename T, int NH>
-__device__ __forceinline__ void dec_pv(const float (*pr)[kDecHeads], const float* const* ptr, int nb, int d, int nh,
+__device__ __forceinline__ void dec_pv(const T (*pr)[kDecHeads], const float* const* ptr, int nb, int d, int nh,
                                        float* out, i64 head_stride) {
   constexpr int kHalf = kTile / 2;
   T v[NH];
@@ -93,12 +97,21 @@ __device__ __forceinline__ void dec_pv(const float (*pr)[kDecHeads], const float
 #pragma unroll
     for (int t = 0; t < kHalf; ++t) {
       if (t0 + t < nb && ptr[t0 + t]) {
-        float pp[kDecHeads];
-        const float4 pa = *reinterpret_cast<const float4*>(&pr[t0 + t][0]);
-        pp[0] = pa.x, pp[1] = pa.y, pp[2] = pa.z, pp[3] = pa.w;
-        if (NH > 4) {
-          const float4 pb = *reinterpret_cast<const float4*>(&pr[t0 + t][4]);
-          pp[4] = pb.x, pp[5] = pb.y, pp[6] = pb.z, pp[7] = pb.w;
+        T pp[kDecHeads];
+        if constexpr (sizeof(T) == 4) {
+          const float4 pa = *reinterpret_cast<const float4*>(&pr[t0 + t][0]);
+          pp[0] = pa.x, pp[1] = pa.y, pp[2] = pa.z, pp[3] = pa.w;
+          if (NH > 4) {
+            const float4 pb = *reinterpret_cast<const float4*>(&pr[t0 + t][4]);
+            pp[4] = pb.x, pp[5] = pb.y, pp[6] = pb.z, pp[7] = pb.w;
+          }
+        } else {
+#pragma unroll
+          for (int g = 0; g < NH; g += 2) {
+            const double2 q2 = *reinterpret_cast<const double2*>(&pr[t0 + t][g]);
+            pp[g] = q2.x;
+            if (g + 1 < NH) pp[g + 1] = q2.y;
+          }
         }
 #pragma unroll
         for (int g = 0; g < NH; ++g) v[g] = dec_mac(pp[g], x[t], v[g]);
@@ -111,7 +124,7 @@ __device__ __forceinline__ void dec_pv(const float (*pr)[kDecHeads], const float
 }
 
 template <typename T>
-__device__ __forceinline__ void dec_pv_heads(int hpb, const float (*pr)[kDecHeads], const float* const* ptr, int nb,
+__device__ __forceinline__ void dec_pv_heads(int hpb, const T (*pr)[kDecHeads], const float* const* ptr, int nb,
                                              int d, int nh, float* out, i64 head_stride) {
   if (hpb == 1) dec_pv<T, 1>(pr, ptr, nb, d, nh, out, head_stride);
   else if (hpb == 2) dec_pv<T, 2>(pr, ptr, nb, d, nh, out, head_stride);
@@ -139,6 +152,8 @@ __device__ __forceinline__ float dec_tile_max(const float* sc_h, int t, int L) {
 extern "C" __global__ void smelt_attn_dec_scores(AttnArgs a, const StepInfo* step, int H, int Lmax, int tiles, int spb,
                                                  float* sc, float* tmax) {
   SMELT_KERNEL_PROLOGUE();
+  // q as floats: staged as doubles (V4.1) it measured slower (12.3 -> 13.5 us a launch eager, session 15: twice the
+  // shared-memory bytes per dot), unlike the tiles kernel's probabilities.
   __shared__ float qs[kDecHeads * kMaxHd];
   __shared__ float ts[kDecHeads][kTile];
   const int parts = kTile / spb;
@@ -210,6 +225,7 @@ extern "C" __global__ void __launch_bounds__(kDecThreads, 2)
                          const float* tmax, float* psum_out, float* nmax_out, float* pv_out) {
   SMELT_KERNEL_PROLOGUE();
   __shared__ __align__(16) float pr[kTile][kDecHeads];  // [slot][head]: one slot's probabilities in two float4
+  __shared__ __align__(16) double prd[kTile][kDecHeads];  // V4.1: the P.V probabilities as doubles (dec_mac)
   __shared__ const float* ptr[kTile];
   __shared__ float nmax_s[kDecHeads];
   const int t0 = blockIdx.x, h0 = blockIdx.y * hpb, hd = a.hd;
@@ -259,14 +275,16 @@ extern "C" __global__ void __launch_bounds__(kDecThreads, 2)
     nmax_out[i64(h0 + g) * tiles + t0] = nmax_s[g];
   }
   __syncthreads();
-  if (a.v41 && a.rb)
-    for (int k = tid; k < kTile * kDecHeads; k += kDecThreads) pr[k / kDecHeads][k % kDecHeads] =
-        round_bf16(pr[k / kDecHeads][k % kDecHeads]);
+  if (a.v41)
+    for (int k = tid; k < kTile * kDecHeads; k += kDecThreads) {
+      const float v = pr[k / kDecHeads][k % kDecHeads];
+      prd[k / kDecHeads][k % kDecHeads] = double(a.rb ? round_bf16(v) : v);
+    }
   __syncthreads();
   const int d = blockIdx.z * kDecThreads + tid;
   if (d >= hd) return;
   float* pv = pv_out + (i64(h0) * tiles + t0) * hd;
-  if (a.v41) dec_pv_heads<double>(hpb, pr, ptr, nb, d, nh, pv, i64(tiles) * hd);
+  if (a.v41) dec_pv_heads<double>(hpb, prd, ptr, nb, d, nh, pv, i64(tiles) * hd);
   else dec_pv_heads<float>(hpb, pr, ptr, nb, d, nh, pv, i64(tiles) * hd);
 }
 

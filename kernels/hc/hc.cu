@@ -287,9 +287,24 @@ extern "C" __global__ void smelt_hc_mix_sinkhorn(const double* part, int len, in
   if (threadIdx.x < 3) sc[threadIdx.x] = wload(scale, threadIdx.x, sdt);
   grid_dep_wait();
   const double* pr = part + r * (outs + 1) * 32;
-  for (int o = warp; o <= outs; o += blockDim.x >> 5) {  // o == outs: the squares
-    const double v = warp_sum_d(lane < nw ? pr[o * 32 + lane] : 0.0);
-    if (lane == 0) dsum[o] = v;
+  // A warp's partials are all loaded before its butterflies (one at a time, each load had waited behind the
+  // previous output's shuffles: ~7 serial loads a warp at n = 4). Same sums.
+  constexpr int kPer = 9;  // outputs a warp per pass: (2 + 5) * 5 + 1 = 36 over the 4 warps of a block of 128
+  const int nwarps = blockDim.x >> 5;
+  for (int o0 = warp; o0 <= outs; o0 += kPer * nwarps) {  // o == outs: the squares
+    double v[kPer];
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      const int o = o0 + u * nwarps;
+      v[u] = o <= outs && lane < nw ? pr[o * 32 + lane] : 0.0;
+    }
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      const int o = o0 + u * nwarps;
+      if (o > outs) break;  // warp-uniform
+      const double t = warp_sum_d(v[u]);
+      if (lane == 0) dsum[o] = t;
+    }
   }
   __syncthreads();
   if (threadIdx.x < outs) {

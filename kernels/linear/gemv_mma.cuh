@@ -278,9 +278,11 @@ __device__ __forceinline__ void mma_stage_quant(const float* x, int rows, int K,
 // The weight-only (sm_80 path) staging of `rows` rows of x (contiguous, K floats each) for the FP4 ring
 // (MmaSegment::run with HL): wo_stage's numbers (gemv_wo_mma.cuh: per 32-block a power of two 2^s puts the largest
 // finite |x| in [2^14, 2^15), hi = f16(x 2^s), lo = f16(x 2^s - hi), inf / NaN in hi with lo 0), laid out as
-// kStageF16Paired: row r's hi values at xq + 2r * stride, its lo values at xq + (2r + 1) * stride (the MMA's token
+// in the pairs the weights' decode makes (FP4: kStageF16Paired's (k, k + 4); FP8: wo_e4m3_pairs' (0,2) (1,3) (4,6)
+// (5,7) of each 8): row r's hi values at xq + 2r * stride, its lo values at xq + (2r + 1) * stride (the MMA's token
 // columns 0 and 1), the factor 2^-s at xsc[b * 8 + r] (r < 8). A thread per 32-block; call with all threads;
 // synchronises.
+template <bool FP4>
 __device__ __forceinline__ void mma_stage_wo(const float* x, int rows, int K, u8* xq, int stride, float* xsc) {
   const int nb = K / 32, units = rows * nb;
   const bool vec = (reinterpret_cast<u64>(x) & 15) == 0;
@@ -308,11 +310,12 @@ __device__ __forceinline__ void mma_stage_wo(const float* x, int rows, int K, u8
 #pragma unroll
     for (int i = 0; i < 32; i += 8)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {  // the pair (k, k + 4) of each 8: wo_e2m1_pairs' order
+      for (int j = 0; j < 4; ++j) {  // word j of each 8: the pair (k0, k0 + d)
+        const int k0 = FP4 ? j : (j & 1) + 4 * (j >> 1), d = FP4 ? 4 : 2;
         u32 h2[2], l2[2];
 #pragma unroll
         for (int t = 0; t < 2; ++t) {
-          const float vv = v[i + j + 4 * t], y = vv * up;  // exact: a power of two, |y| < 2^15 when finite
+          const float vv = v[i + k0 + d * t], y = vv * up;  // exact: a power of two, |y| < 2^15 when finite
           const u16 h = wo_f16(y);
           h2[t] = h;
           l2[t] = fabsf(vv) <= 3.402823466e38f ? wo_f16(y - wo_f32(h)) : 0u;
@@ -529,7 +532,7 @@ struct MmaSegment {
   // NZ: NaN weight codes count as 0 (the exact kernels' rule). The plain pass multiplies the codes as they are
   // (a NaN code makes its rows' sums NaN: E4M3 has no inf and the staged codes hold no NaN); run_checked() redoes a
   // segment whose sums came out NaN with NZ, so the common path pays nothing for the rule.
-  // HL (FP4, NC = 1): the weight-only activations, staged by mma_stage_wo as two token rows, hi (lanes g = 0) and lo
+  // HL (NC = 1): the weight-only activations, staged by mma_stage_wo as two token rows, hi (lanes g = 0) and lo
   // (g = 1): the block sum is column 0 + column 1 and xsl[b * 8] is the block's factor 2^-s.
   template <int NC, bool NZ, bool HL = false>
   __device__ __forceinline__ void consume(int slot, int b, u32 scale, const u8* xrow, const float* xsl,
@@ -579,15 +582,30 @@ struct MmaSegment {
         // and meet the staged f16 activations (x0,x1) .. (x6,x7): two f16 MMAs, the second accumulating on the first
         // (what sm_90 makes of the E4M3 mma.sync, without its conversions of the activations and its + 0).
         u32 f[8];
-        e4m3x4_f16(a0, f[0], f[1]);  // row g: k 0-1, 2-3
-        e4m3x4_f16(a1, f[2], f[3]);  // row g + 8
-        e4m3x4_f16(a2, f[4], f[5]);  // row g: k 4-5, 6-7
-        e4m3x4_f16(a3, f[6], f[7]);
+        if constexpr (HL) {
+          // Weight-only (sm_80 has no E4M3 cvt): wo_e4m3_pairs, pairs (w0,w2) (w1,w3) | (w4,w6) (w5,w7) as values *
+          // 2^-8 (NaN codes f16 NaN), against activations staged in that order (mma_stage_wo<false>).
+          wo_e4m3_pairs(a0, f[0], f[1]);
+          wo_e4m3_pairs(a1, f[2], f[3]);
+          wo_e4m3_pairs(a2, f[4], f[5]);
+          wo_e4m3_pairs(a3, f[6], f[7]);
+        } else {
+          e4m3x4_f16(a0, f[0], f[1]);  // row g: k 0-1, 2-3
+          e4m3x4_f16(a1, f[2], f[3]);  // row g + 8
+          e4m3x4_f16(a2, f[4], f[5]);  // row g: k 4-5, 6-7
+          e4m3x4_f16(a3, f[6], f[7]);
+        }
         float c[4] = {0.f, 0.f, 0.f, 0.f};
         wo_mma(c, f[0], f[2], f[1], f[3], xv.x, xv.y);
         wo_mma(c, f[4], f[6], f[5], f[7], xv.z, xv.w);
         const float wa = e8m0_decode(scl[m * nb_ + b - b0_]);
-        mma_fold<NC>(acc[m], c, xs0, xs1, wa, wa);
+        if constexpr (HL) {
+          static_assert(NC == 1, "hi / lo columns: one token row");
+          const float bs[4] = {__fadd_rn(c[0], c[1]), 0.f, __fadd_rn(c[2], c[3]), 0.f};
+          mma_fold<1>(acc[m], bs, __fmul_rn(xs0, 256.f), 0.f, wa, wa);
+        } else {
+          mma_fold<NC>(acc[m], c, xs0, xs1, wa, wa);
+        }
       }
     }
   }
@@ -618,7 +636,6 @@ struct MmaSegment {
   __device__ __forceinline__ void run(int b0, int b1, const u8* xrow, const float* xsl, float (*acc)[2 * NC]) {
     constexpr int G = SMELT_MMA_GROUP;
     static_assert(D % G == 0, "the ring holds whole groups");
-    static_assert(FP4 || !HL, "hi / lo columns: the FP4 path");
     if constexpr (FP4) {
       fp4_groups(b0, b1, [&](int bb, int j0) {
 #pragma unroll
@@ -635,7 +652,7 @@ struct MmaSegment {
         __syncwarp();            // ... and every lane's
 #pragma unroll
         for (int j = 0; j < G; ++j)
-          if (b + j < b1) consume<NC, NZ>(slot + j, b + j, 0u, xrow, xsl, acc);
+          if (b + j < b1) consume<NC, NZ, HL>(slot + j, b + j, 0u, xrow, xsl, acc);
         __syncwarp();  // the slots read by all lanes before they are refilled
         issue_fp8_group(slot, G, b + D);
         slot = (slot + G) & (D - 1);

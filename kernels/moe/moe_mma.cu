@@ -9,7 +9,7 @@
 // up, mma_smem_bytes(F, topk) for down (topk <= 8).
 // smelt_moe_*_fp4_wgmma (sm_90a): the same with 64-row tiles (x SMELT_MMA_DOWN_TPW for down), each walked by the 4
 // warps of a warpgroup, the block sums by wgmma (MmaSegment::run_wg); groups of 2 / S tiles, S <= 2.
-// smelt_moe_*_fp4_wo_ring (sm_80+, the weight-only path of `--numerics fp32` plans): what smelt_moe_*_fp4_wo_mma
+// smelt_moe_*_{fp8,fp4}_wo_ring (sm_80+, the weight-only path of `--numerics fp32` plans): what smelt_moe_*_wo_mma
 // compute (V4 swiglu with limit, no routing weight, no roundings: the launcher passes rb = 0, round = 0) through the
 // same ring as the act-quant kernels: the activations staged as f16 hi / lo halves in two token columns
 // (mma_stage_wo, MmaSegment::run with HL), the weights row-major. The down stages only the slots of its group's
@@ -36,7 +36,10 @@ __device__ __forceinline__ const u8* lane_xrow(const u8* xq, int stride, int lt,
 
 template <int P>
 __device__ __forceinline__ void stage_rows(const float* x, int rows, int K, u8* xq, int stride, float* xsc, bool fp4) {
-  if constexpr (P == kPathWo) mma_stage_wo(x, rows, K, xq, stride, xsc);
+  if constexpr (P == kPathWo) {
+    if (fp4) mma_stage_wo<true>(x, rows, K, xq, stride, xsc);
+    else mma_stage_wo<false>(x, rows, K, xq, stride, xsc);
+  }
   else if constexpr (P == kPathWg) mma_stage_quant<kStageE4m3Split>(x, rows, K, xq, stride, xsc);
   else if (fp4) mma_stage_quant<kStageF16Paired>(x, rows, K, xq, stride, xsc);
   else mma_stage_quant<kStageF16>(x, rows, K, xq, stride, xsc);
@@ -234,5 +237,6 @@ SMELT_MOE_MMA(fp8, false, mma, kPathAq)
 SMELT_MOE_MMA(fp4, true, mma, kPathAq)
 // FP4 on wgmma: launched on sm_90 (whose cubins are built for sm_90a); elsewhere the bodies trap.
 SMELT_MOE_MMA(fp4, true, wgmma, kPathWg)
-// FP4 weight-only (sm_80+; rw, rb and round unused: the launcher passes 0).
+// Weight-only (sm_80+; rw, rb and round unused: the launcher passes 0).
+SMELT_MOE_MMA(fp8, false, wo_ring, kPathWo)
 SMELT_MOE_MMA(fp4, true, wo_ring, kPathWo)

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <string>
 
@@ -44,6 +45,26 @@ int ksplit(int64_t tiles, int nb, unsigned blocks, int64_t N = 0) {
   return mma_ksplit(tiles, nb, blocks);
 }
 
+// $SMELT_CUDA_EXPERT_SPLIT=S_UP,S_DOWN,BLOCKS (tuning; 0 keeps the rule): the K splits of the one-row expert kernels
+// (smelt_moe_*_mma, *_wgmma (S <= 2), *_fp4_wo_ring) and their persistent grid's cap in blocks.
+struct ExpertSplit {
+  int s_up = 0, s_down = 0, blocks = 0;
+};
+const ExpertSplit& expert_split() {
+  static const ExpertSplit f = [] {
+    ExpertSplit e;
+    if (const char* v = std::getenv("SMELT_CUDA_EXPERT_SPLIT"))
+      if (std::sscanf(v, "%d,%d,%d", &e.s_up, &e.s_down, &e.blocks) != 3) e = ExpertSplit{};
+    return e;
+  }();
+  return f;
+}
+// The forced split when it is one the kernel takes (1, 2, 4, 8; at most `most`), else the rule's.
+int split_or(int forced, int rule, int most = 8) {
+  return (forced == 1 || forced == 2 || forced == 4 || forced == 8) && forced <= most ? forced : rule;
+}
+unsigned blocks_or(unsigned rule) { return expert_split().blocks > 0 ? unsigned(expert_split().blocks) : rule; }
+
 unsigned grid(int64_t tiles, int S, unsigned blocks) {
   const int64_t groups = (tiles + kMmaWarps / S - 1) / (kMmaWarps / S);
   return unsigned(std::min<int64_t>(groups, blocks));
@@ -76,12 +97,14 @@ bool try_experts_mma(Ctx& c, const ExpertsLaunch& a) {
   if (!a.f.quant || a.topk < 1 || a.topk > 8 || a.D % 32 || a.F % 32) return false;
   const unsigned smem_up = mma_smem(a.D, 1), smem_down = mma_smem(a.F, a.topk);
   if (smem_up > mma_smem_max(c.l) || smem_down > mma_smem_max(c.l)) return false;
-  const unsigned blocks = gemv_blocks(c.l);
+  const unsigned blocks = blocks_or(gemv_blocks(c.l));
   const int rb = 1;  // the model's numerics (the caller's branch)
+  const ExpertSplit& xs = expert_split();
   if (wgmma_experts(c.l, a.f)) {
     // mma_split.h: 64-row (up) / 64 x kMmaDownTpw (down) tiles of a warpgroup, K split <= 2.
     const int64_t tiles_up = mma_wg_tiles(a.topk, a.F, 1), tiles_down = mma_wg_tiles(a.topk, a.D, kMmaDownTpw);
-    const int s_up = mma_wg_ksplit(tiles_up, a.D / 32, blocks), s_down = mma_wg_ksplit(tiles_down, a.F / 32, blocks);
+    const int s_up = split_or(xs.s_up, mma_wg_ksplit(tiles_up, a.D / 32, blocks), 2);
+    const int s_down = split_or(xs.s_down, mma_wg_ksplit(tiles_down, a.F / 32, blocks), 2);
     auto wg_grid = [&](int64_t tiles, int S) { return unsigned(std::min<int64_t>(mma_wg_groups(tiles, S), blocks)); };
     c.go("smelt_moe_up_fp4_wgmma", wg_grid(tiles_up, s_up), 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk,
          a.idx, a.n_experts, a.rw, a.ew, int(a.f.blk), a.limit, rb, a.h, s_up);
@@ -91,7 +114,8 @@ bool try_experts_mma(Ctx& c, const ExpertsLaunch& a) {
   }
   const int64_t tiles_up = int64_t(a.topk) * ((a.F + 15) / 16);
   const int64_t tiles_down = int64_t(a.topk) * ((a.D + 16 * kMmaDownTpw - 1) / (16 * kMmaDownTpw));
-  const int s_up = ksplit(tiles_up, a.D / 32, blocks), s_down = ksplit(tiles_down, a.F / 32, blocks);
+  const int s_up = split_or(xs.s_up, ksplit(tiles_up, a.D / 32, blocks));
+  const int s_down = split_or(xs.s_down, ksplit(tiles_down, a.F / 32, blocks));
   const std::string up = std::string("smelt_moe_up_") + a.f.fmt + "_mma";
   c.go(up.c_str(), grid(tiles_up, s_up, blocks), 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk, a.idx,
        a.n_experts, a.rw, a.ew, int(a.f.blk), a.limit, rb, a.h, s_up);
@@ -101,25 +125,33 @@ bool try_experts_mma(Ctx& c, const ExpertsLaunch& a) {
   return true;
 }
 
-// The weight-only FP4 expert FFN of one row (moe_mma.cu smelt_moe_*_fp4_wo_ring, sm_80+): the act-quant kernels' ring
-// with the activations as f16 hi / lo halves; the down stages the slots its group's tiles span (the kernel's count).
-// $SMELT_CUDA_WO_RING=0: the wo_mma kernels (A/B timing). Measured: docs/performance.md "Session 15".
+// The weight-only FP8 / FP4 expert FFN of one row (moe_mma.cu smelt_moe_*_wo_ring, sm_80+): the act-quant kernels'
+// ring with the activations as f16 hi / lo halves; the down stages the slots its group's tiles span (the kernel's
+// count).
+// FP4 by default; FP8 (the V4.1 shared expert: one slot, 144 tiles) measured slower than the CUDA-core r1 kernels
+// (up 115-127 vs 108-116 us, down 72 vs 56, four launches eager; the step the same), so only with
+// $SMELT_CUDA_WO_RING=all. $SMELT_CUDA_WO_RING=0: the wo_mma kernels for FP4 too (A/B timing). docs/performance.md
+// "Session 15".
 bool try_experts_wo_ring(Ctx& c, const ExpertsLaunch& a) {
-  static const bool on = !env_off("SMELT_CUDA_WO_RING");
-  if (!on || c.l.rows != 1 || std::string(a.f.fmt) != "fp4" || a.topk < 1 || a.topk > 8 || a.D % 32 || a.F % 32)
+  static const bool on = !env_off("SMELT_CUDA_WO_RING"), fp8 = env_is("SMELT_CUDA_WO_RING", "all");
+  const std::string fmt = a.f.fmt;
+  if (!on || c.l.rows != 1 || (fmt != "fp4" && !(fmt == "fp8" && fp8)) || a.topk < 1 || a.topk > 8 || a.D % 32 ||
+      a.F % 32)
     return false;
-  const unsigned blocks = gemv_blocks(c.l);
+  const unsigned blocks = blocks_or(gemv_blocks(c.l));
   const int64_t tiles_up = int64_t(a.topk) * ((a.F + 15) / 16);
   const int tps_down = (a.D + 16 * kMmaDownTpw - 1) / (16 * kMmaDownTpw);
   const int64_t tiles_down = int64_t(a.topk) * tps_down;
-  const int s_up = ksplit(tiles_up, a.D / 32, blocks), s_down = ksplit(tiles_down, a.F / 32, blocks);
+  const int s_up = split_or(expert_split().s_up, ksplit(tiles_up, a.D / 32, blocks));
+  const int s_down = split_or(expert_split().s_down, ksplit(tiles_down, a.F / 32, blocks));
   const int tpg = kMmaWarps / s_down, span = std::min(a.topk, (tpg + tps_down - 2) / tps_down + 1);
   const unsigned smem_up = mma_smem(a.D, 2), smem_down = mma_smem(a.F, 2 * span);
   if (smem_up > mma_smem_max(c.l) || smem_down > mma_smem_max(c.l)) return false;
-  c.go("smelt_moe_up_fp4_wo_ring", grid(tiles_up, s_up, blocks), 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk,
-       a.idx, a.n_experts, DevPtr(0), a.ew, int(a.f.blk), a.limit, 0, a.h, s_up);
-  c.go("smelt_moe_down_fp4_wo_ring", grid(tiles_down, s_down, blocks), 1, 1, kMmaWarps * 32, smem_down, a.h, a.D,
-       a.F, a.topk, a.idx, a.n_experts, a.ew, int(a.f.blk), 0, 0, a.out, s_down);
+  const std::string up = "smelt_moe_up_" + fmt + "_wo_ring", down = "smelt_moe_down_" + fmt + "_wo_ring";
+  c.go(up.c_str(), grid(tiles_up, s_up, blocks), 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk, a.idx,
+       a.n_experts, DevPtr(0), a.ew, int(a.f.blk), a.limit, 0, a.h, s_up);
+  c.go(down.c_str(), grid(tiles_down, s_down, blocks), 1, 1, kMmaWarps * 32, smem_down, a.h, a.D, a.F, a.topk, a.idx,
+       a.n_experts, a.ew, int(a.f.blk), 0, 0, a.out, s_down);
   return true;
 }
 

@@ -13,8 +13,9 @@ bool try_linear_mma(Ctx& c, DevPtr x, DevPtr y, const LinearW& f, DevPtr w, DevP
 // The V4.1 expert FFN of one row with the model's numerics (run_experts): up and down; swiglu_mlp's down kernel
 // applies the op's bf16 round (`a.round`).
 bool try_experts_mma(Ctx& c, const ExpertsLaunch& a);
-// The weight-only FP4 expert FFN of one row (run_experts without the model's numerics, sm_80+) on the same ring, in
-// fp32 accuracy as the wo_mma kernels (ops_wo_mma.h), which take the other row counts and formats.
+// The weight-only FP4 (and with $SMELT_CUDA_WO_RING=all FP8) expert FFN of one row (run_experts without the model's
+// numerics, sm_80+) on the same ring, in fp32 accuracy as the wo_mma kernels (ops_wo_mma.h), which take the other row
+// counts and formats.
 bool try_experts_wo_ring(Ctx& c, const ExpertsLaunch& a);
 
 }  // namespace smelt::runtime::cuda::detail

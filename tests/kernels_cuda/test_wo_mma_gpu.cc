@@ -241,7 +241,7 @@ void check_experts(bool fp4, int rows, int topk, int E, int D, int F, int blk, c
     return forced ? std::min(forced, groups) : std::min(groups, 2u * unsigned(gpu().multiprocessors()));
   };
   if (ring.on)
-    gpu().launch("moe", "smelt_moe_up_fp4_wo_ring", ring_grid(ring.grid_up, tiles_up, ring.s_up), 1, 1, 256,
+    gpu().launch("moe", ("smelt_moe_up_" + f + "_wo_ring").c_str(), ring_grid(ring.grid_up, tiles_up, ring.s_up), 1, 1, 256,
                  mma_smem(D, 2), dx, D, F, topk, didx, E, DevPtr(0), ew, blk, limit, 0, h, ring.s_up);
   else
     gpu().launch("moe", ("smelt_moe_up_" + f + "_wo_mma").c_str(), 30, unsigned(RT), 1, 256,
@@ -250,7 +250,7 @@ void check_experts(bool fp4, int rows, int topk, int E, int D, int F, int blk, c
                didx, E, ew, blk, limit, hc);
   auto hv = gpu().get<float>(h, size_t(RT) * F), hcv = gpu().get<float>(hc, size_t(RT) * F);
   if (ring.on)
-    gpu().launch("moe", "smelt_moe_down_fp4_wo_ring", ring_grid(ring.grid_down, tiles_down, ring.s_down), 1, 1, 256,
+    gpu().launch("moe", ("smelt_moe_down_" + f + "_wo_ring").c_str(), ring_grid(ring.grid_down, tiles_down, ring.s_down), 1, 1, 256,
                  mma_smem(F, 2 * span), h, D, F, topk, didx, E, ew, blk, 0, 0, out, ring.s_down);
   else
     gpu().launch("moe", ("smelt_moe_down_" + f + "_wo_mma").c_str(), 30, unsigned(RT), 1, 256,
@@ -320,16 +320,20 @@ TEST(WoMma, ExpertsRealShapes) {
   check_experts(false, 1, 1, 1, 5120, 2304, 128, {0}, 8, 8, 112);
 }
 
-// The FP4 ring kernels of one row: small shapes with every K split, persistent grids of one or two blocks (the down
-// restages its slots group by group), an invalid slot; the V4.1-Flash routed shape with the launcher's grid and split.
+// The ring kernels of one row (FP4, and FP8 with 128-blocks): small shapes with every K split, persistent grids of
+// one or two blocks (the down restages its slots group by group), an invalid slot; the V4.1-Flash routed shape and
+// the shared expert's (one slot) with the launcher's grid and split.
 TEST(WoMma, ExpertsRing) {
   NEED_GPU();
-  for (int s : {1, 2, 4, 8}) {
-    check_experts(true, 1, 3, 4, 256, 96, 32, {2, -1, 0}, 1, 1, 120 + s, Ring{true, 0, 0, s, s});
-    check_experts(true, 1, 3, 4, 256, 96, 32, {3, 1, -1}, 1, 1, 130 + s, Ring{true, 1, 2, s, s});
-  }
+  for (bool fp4 : {true, false})
+    for (int s : {1, 2, 4, 8}) {
+      check_experts(fp4, 1, 3, 4, 256, 96, 32, {2, -1, 0}, 1, 1, 120 + s, Ring{true, 0, 0, s, s});
+      check_experts(fp4, 1, 3, 4, 512, 256, fp4 ? 32 : 128, {3, 1, -1}, 1, 1, 130 + s, Ring{true, 1, 2, s, s});
+    }
   check_experts(true, 1, 6, 6, 5120, 2304, 32, {0, 1, 2, 3, 4, 5}, 1, 1, 140, Ring{true, 0, 0, 1, 1});
   check_experts(true, 1, 6, 6, 5120, 2304, 32, {5, 3, 1, 0, 2, 4}, 1, 1, 141, Ring{true, 0, 0, 2, 1});
+  check_experts(false, 1, 6, 6, 5120, 2304, 128, {5, 3, 1, 0, 2, 4}, 1, 1, 142, Ring{true, 0, 0, 2, 2});
+  check_experts(false, 1, 1, 1, 5120, 2304, 128, {0}, 1, 1, 143, Ring{true, 0, 0, 8, 8});
 }
 
 }  // namespace

@@ -215,6 +215,20 @@ __device__ __forceinline__ void mma_stage_f16(const u32* w, u8* dst_bytes) {
   }
 }
 
+// The 32 floats of a staging unit at p (vec: p is 16-byte aligned).
+__device__ __forceinline__ void mma_load_block32(const float* p, bool vec, float* v) {
+  if (vec) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float4 f = reinterpret_cast<const float4*>(p)[i];
+      v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) v[i] = p[i];
+  }
+}
+
 // Act quant of `rows` rows of x (contiguous, K floats each) per token in K-blocks of 32, exactly as
 // gemv_stage_quant / smelt_act_quant_b32 (same scales, same codes), staged as the codes' f16 values (exact) at
 // xq[r * stride + 2 k] (the MMAs' B operand needs no conversion per block) and scales xsc[b * 8 + r]. NaN codes are
@@ -231,17 +245,7 @@ __device__ __forceinline__ void mma_stage_quant(const float* x, int rows, int K,
   const bool vec = (reinterpret_cast<u64>(x) & 15) == 0;
   for (int u = threadIdx.x; u < units; u += blockDim.x) {  // unit u = row u / nb, block u % nb (rows contiguous)
     float v[32];
-    const float* p = x + i64(u) * 32;
-    if (vec) {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const float4 f = reinterpret_cast<const float4*>(p)[i];
-        v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < 32; ++i) v[i] = p[i];
-    }
+    mma_load_block32(x + i64(u) * 32, vec, v);
     float amax = fabsf(v[0]);
 #pragma unroll
     for (int i = 1; i < 32; ++i) amax = fmaxf(amax, fabsf(v[i]));
@@ -288,17 +292,7 @@ __device__ __forceinline__ void mma_stage_wo(const float* x, int rows, int K, u8
   const bool vec = (reinterpret_cast<u64>(x) & 15) == 0;
   for (int u = threadIdx.x; u < units; u += blockDim.x) {
     float v[32];
-    const float* p = x + i64(u) * 32;
-    if (vec) {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const float4 f = reinterpret_cast<const float4*>(p)[i];
-        v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < 32; ++i) v[i] = p[i];
-    }
+    mma_load_block32(x + i64(u) * 32, vec, v);
     float amax = 0.f;
 #pragma unroll
     for (int i = 0; i < 32; ++i) amax = fabsf(v[i]) <= 3.402823466e38f ? fmaxf(amax, fabsf(v[i])) : amax;

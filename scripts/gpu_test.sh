@@ -3,7 +3,8 @@
 # runtime, smelt-run and the GPU tests against the folder scripts/gpu_plans.sh prepared, runs `ctest -L gpu`
 # (the kernels' tests and the cuda-vs-cpu plan comparisons), then compute-sanitizer memcheck on one fixture.
 # With 2 or more GPUs it also runs `ctest -L gpu2` (partitioned plans through NCCL against their TP1 plans).
-# usage: scripts/gpu_test.sh [CARRY=gpu_carry]   (BUILD=build dir, default build-gpu; ONLY=gpu2: those tests alone)
+# usage: scripts/gpu_test.sh [CARRY=gpu_carry]   (BUILD=build dir, default build-gpu; ONLY=gpu2: those tests alone;
+# SKIP_CTEST=1: skip the ctest runs, only the kernel define variants and memcheck)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -19,37 +20,42 @@ if [ "${ONLY:-}" = gpu2 ]; then  # ONLY=gpu2: just the partitioned plans through
   ctest --test-dir "$BUILD" -L '^gpu2$' --output-on-failure
   exit $?
 fi
-ctest --test-dir "$BUILD" -L '^gpu$' --output-on-failure || status=1
-# Partitioned plans through NCCL, one GPU per rank, against their TP1 plans (needs 2 GPUs).
-if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
-  ctest --test-dir "$BUILD" -L '^gpu2$' --output-on-failure || status=1
-else
-  echo "== fewer than 2 GPUs: the partitioned-plan tests (ctest -L gpu2) are not run"
-fi
-# Measurements, not pass/fail: V4.1 end to end with the model's numerics (docs/v41-fidelity.md).
-ctest --test-dir "$BUILD" -L '^gpu_drift$' --output-on-failure || true
+if [ "${SKIP_CTEST:-}" != 1 ]; then  # SKIP_CTEST=1: only the kernel define variants and memcheck below (a rerun)
+  ctest --test-dir "$BUILD" -L '^gpu$' --output-on-failure || status=1
+  # Partitioned plans through NCCL, one GPU per rank, against their TP1 plans (needs 2 GPUs).
+  if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
+    ctest --test-dir "$BUILD" -L '^gpu2$' --output-on-failure || status=1
+  else
+    echo "== fewer than 2 GPUs: the partitioned-plan tests (ctest -L gpu2) are not run"
+  fi
+  # Measurements, not pass/fail: V4.1 end to end with the model's numerics (docs/v41-fidelity.md).
+  ctest --test-dir "$BUILD" -L '^gpu_drift$' --output-on-failure || true
 
-# A failing plan comparison: bisect that plan op by op (identical inputs into both backends before every op)
-# and print the first ops whose outputs or states differ.
-FAILED_LOG="$BUILD/Testing/Temporary/LastTestsFailed.log"
-if [ "$status" != 0 ] && [ -f "$FAILED_LOG" ]; then
-  for t in $(sed -n 's/^[0-9]*:gpu\.//p' "$FAILED_LOG"); do
-    case "$t" in v41_*) continue ;; esac  # the V4.1 plans have their own bisect tests (gpu.<name>.ops)
-    line=$(grep "^$t|" "$BUILD/gpu_plans/manifest.txt" || true)
-    IFS='|' read -r name plan model prompt decode tol <<< "$line"
-    [ -n "${tol:-}" ] || continue
-    case "$model" in models/*) model="$BUILD/gpu_plans/$model" ;; *) model="$ROOT/$model" ;; esac
-    echo "== bisect: $name"
-    timeout 600 "$BUILD/bin/cuda_gpu_compare" bisect "$BUILD/gpu_plans/$plan" "$model" "$prompt" "$decode" "$tol" 16 12 \
-      | head -60 || true
-  done
+  # A failing plan comparison: bisect that plan op by op (identical inputs into both backends before every op)
+  # and print the first ops whose outputs or states differ.
+  FAILED_LOG="$BUILD/Testing/Temporary/LastTestsFailed.log"
+  if [ "$status" != 0 ] && [ -f "$FAILED_LOG" ]; then
+    for t in $(sed -n 's/^[0-9]*:gpu\.//p' "$FAILED_LOG"); do
+      case "$t" in v41_*) continue ;; esac  # the V4.1 plans have their own bisect tests (gpu.<name>.ops)
+      line=$(grep "^$t|" "$BUILD/gpu_plans/manifest.txt" || true)
+      IFS='|' read -r name plan model prompt decode tol <<< "$line"
+      [ -n "${tol:-}" ] || continue
+      case "$model" in models/*) model="$BUILD/gpu_plans/$model" ;; *) model="$ROOT/$model" ;; esac
+      echo "== bisect: $name"
+      timeout 600 "$BUILD/bin/cuda_gpu_compare" bisect "$BUILD/gpu_plans/$plan" "$model" "$prompt" "$decode" "$tol" 16 12 \
+        | head -60 || true
+    done
+  fi
+
 fi
 
 # The tensor-core GEMVs with their other plan-time knobs (two 16-row tiles a warp in the linears, one in the experts'
 # down, 4 KB rings, 16 stages for the FP4 gate + up): the same tests,
 # kernels compiled with those defines (the runtime launches the defaults, which ctest covered above).
 # (The tests size shared memory for 8 KB rings, enough for 4 KB ones.)
-for opts in "-DSMELT_MMA_TPW=2 -DSMELT_MMA_DOWN_TPW=1" "-DSMELT_MMA_RING_BYTES=4096" "-DSMELT_MMA_FP4_PAIR_STAGES=16"; do
+# MMA_VARIANTS="OPTS;OPTS": these instead (a rerun of the ones a cut-off run did not reach).
+IFS=';' read -r -a variants <<< "${MMA_VARIANTS:--DSMELT_MMA_TPW=2 -DSMELT_MMA_DOWN_TPW=1;-DSMELT_MMA_RING_BYTES=4096;-DSMELT_MMA_FP4_PAIR_STAGES=16}"
+for opts in "${variants[@]}"; do
   echo "== MMA kernel tests with $opts"
   SMELT_TEST_NVRTC_OPTIONS="$opts" "$BUILD/bin/test_kernels_gpu" --gtest_filter='CudaMmaKernels.*' --gtest_brief=1 || status=1
 done

@@ -153,7 +153,7 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
   int b0, b1;
   mma_seg_range(nb, seg, S, b0, b1);
   MmaSegment<FP4, TPW, WO ? false : bool(SMELT_W_TILED)> ms;  // as in up_mma_body: the group's first weight blocks first
-  int staged_lo = -1;  // weight-only: the first slot staged
+  int staged_lo = -1, staged_hi = -1;  // weight-only: the slots staged
   // Routed slots too: the up lets this grid be scheduled only after its own wait for the routing, so the expert
   // indices are final before this grid's wait (read from L2), and the first group's weights stream in while the up
   // finishes.
@@ -173,8 +173,8 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
     }
     // Act quant: slot t's row at xq + t * stride, scales xsc[b * 8 + t]; a block that runs one group only stages
     // the slots of its tiles (tiles are slot-major: one or two slots of the topk), the others every slot.
-    // Weight-only: the group's slots t_lo .. t_hi at local rows t - t_lo (restaged when a later group starts at
-    // another slot; every thread of the block walks the same groups, so the syncs are uniform).
+    // Weight-only: the group's slots t_lo .. t_hi at local rows t - t_lo (restaged when a later group spans other
+    // slots; every thread of the block walks the same groups, so the syncs are uniform).
     const int g_lo = (grp * tpg) / tps, g_hi = min(grp * tpg + tpg - 1, tiles - 1) / tps;
     if (grp == int(blockIdx.x)) {
       grid_dep_wait();
@@ -182,11 +182,11 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
       const int t_lo = own ? g_lo : 0, t_hi = own ? g_hi : topk - 1;
       const int r0 = WO ? 0 : t_lo;  // staged row of t_lo
       stage_rows<P>(h + i64(t_lo) * F, t_hi - t_lo + 1, F, xq + slot_rows<P>() * r0 * stride, stride, xsc + r0, FP4);
-      staged_lo = t_lo;
-    } else if (WO && g_lo != staged_lo) {
+      staged_lo = t_lo, staged_hi = t_hi;
+    } else if (WO && (g_lo != staged_lo || g_hi != staged_hi)) {  // a later group may also end in the next slot
       __syncthreads();  // every warp is done with the staged slots
       stage_rows<P>(h + i64(g_lo) * F, g_hi - g_lo + 1, F, xq, stride, xsc, FP4);
-      staged_lo = g_lo;
+      staged_lo = g_lo, staged_hi = g_hi;
     }
     const int lt = WO ? t - staged_lo : t;  // this tile's staged slot row
     float acc[TPW][2] = {};

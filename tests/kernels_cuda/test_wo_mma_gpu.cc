@@ -321,7 +321,7 @@ TEST(WoMma, ExpertsRealShapes) {
 }
 
 // The ring kernels of one row (FP4, and FP8 with 128-blocks): small shapes with every K split, persistent grids of
-// one or two blocks (the down restages its slots group by group), an invalid slot; the V4.1-Flash routed shape and
+// one or two blocks (the down restages its slots group by group, also when groups straddle slots), an invalid slot; the V4.1-Flash routed shape and
 // the shared expert's (one slot) with the launcher's grid and split.
 TEST(WoMma, ExpertsRing) {
   NEED_GPU();
@@ -329,6 +329,8 @@ TEST(WoMma, ExpertsRing) {
     for (int s : {1, 2, 4, 8}) {
       check_experts(fp4, 1, 3, 4, 256, 96, 32, {2, -1, 0}, 1, 1, 120 + s, Ring{true, 0, 0, s, s});
       check_experts(fp4, 1, 3, 4, 512, 256, fp4 ? 32 : 128, {3, 1, -1}, 1, 1, 130 + s, Ring{true, 1, 2, s, s});
+      // 10 down tiles a slot: one block's groups straddle slots (e.g. tiles 8-15 after 0-7), restaged each time
+      check_experts(fp4, 1, 3, 4, 320, 64, fp4 ? 32 : 128, {0, 3, 2}, 1, 1, 150 + s, Ring{true, 1, 1, s, s});
     }
   check_experts(true, 1, 6, 6, 5120, 2304, 32, {0, 1, 2, 3, 4, 5}, 1, 1, 140, Ring{true, 0, 0, 1, 1});
   check_experts(true, 1, 6, 6, 5120, 2304, 32, {5, 3, 1, 0, 2, 4}, 1, 1, 141, Ring{true, 0, 0, 2, 1});

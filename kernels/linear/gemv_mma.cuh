@@ -364,6 +364,13 @@ __device__ __forceinline__ void mma_fold(float* acc, const float* c, float xs0, 
   }
 }
 
+// mma_fold<1> of a weight-only block (MmaSegment's HL): the block sum of each weight row is C column 0 (the hi halves)
+// + column 1 (the lo halves).
+__device__ __forceinline__ void mma_fold_hl(float* acc, const float* c, float xf, float wa, float wb) {
+  const float bs[4] = {__fadd_rn(c[0], c[1]), 0.f, __fadd_rn(c[2], c[3]), 0.f};
+  mma_fold<1>(acc, bs, xf, 0.f, wa, wb);
+}
+
 // Block sums of 16 weight rows n0 .. n0+15 (rows >= N read as 0) of NW weight matrices over blocks [b0, b1) of
 // one K segment, folded in K order into acc[m] (run): NC = 2 keeps all four C values (token rows n = 2 tig,
 // 2 tig + 1; acc = c0, c1, c2, c3), NC = 1 only n = 0's (acc = c0, c2; the other lanes' values are unused). xrow:
@@ -531,6 +538,7 @@ struct MmaSegment {
   template <int NC, bool NZ, bool HL = false>
   __device__ __forceinline__ void consume(int slot, int b, u32 scale, const u8* xrow, const float* xsl,
                                           float (*acc)[2 * NC]) const {
+    static_assert(!HL || NC == 1, "hi / lo columns: one token row");
     const int lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
     uint4 xv = make_uint4(0u, 0u, 0u, 0u);  // this lane's 8 activations of the block as f16: k tig * 8 .. + 7
     if (xrow) xv = *reinterpret_cast<const uint4*>(xrow + b * 64 + tig * 16);
@@ -553,13 +561,8 @@ struct MmaSegment {
         float c[4] = {0.f, 0.f, 0.f, 0.f};
         wo_mma(c, pa[0], pb[0], pa[1], pb[1], xb[0], xb[1]);
         wo_mma(c, pa[2], pb[2], pa[3], pb[3], xb[2], xb[3]);
-        if constexpr (HL) {
-          static_assert(NC == 1, "hi / lo columns: one token row");
-          const float bs[4] = {__fadd_rn(c[0], c[1]), 0.f, __fadd_rn(c[2], c[3]), 0.f};
-          mma_fold<1>(acc[m], bs, xf0, 0.f, ws[2 * m], ws[2 * m + 1]);
-        } else {
-          mma_fold<NC>(acc[m], c, xf0, xf1, ws[2 * m], ws[2 * m + 1]);
-        }
+        if constexpr (HL) mma_fold_hl(acc[m], c, xf0, ws[2 * m], ws[2 * m + 1]);
+        else mma_fold<NC>(acc[m], c, xf0, xf1, ws[2 * m], ws[2 * m + 1]);
       }
     } else {
 #pragma unroll
@@ -593,13 +596,8 @@ struct MmaSegment {
         wo_mma(c, f[0], f[2], f[1], f[3], xv.x, xv.y);
         wo_mma(c, f[4], f[6], f[5], f[7], xv.z, xv.w);
         const float wa = e8m0_decode(scl[m * nb_ + b - b0_]);
-        if constexpr (HL) {
-          static_assert(NC == 1, "hi / lo columns: one token row");
-          const float bs[4] = {__fadd_rn(c[0], c[1]), 0.f, __fadd_rn(c[2], c[3]), 0.f};
-          mma_fold<1>(acc[m], bs, __fmul_rn(xs0, 256.f), 0.f, wa, wa);
-        } else {
-          mma_fold<NC>(acc[m], c, xs0, xs1, wa, wa);
-        }
+        if constexpr (HL) mma_fold_hl(acc[m], c, __fmul_rn(xs0, 256.f), wa, wa);
+        else mma_fold<NC>(acc[m], c, xs0, xs1, wa, wa);
       }
     }
   }

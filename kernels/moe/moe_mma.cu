@@ -144,7 +144,7 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
   constexpr int TR = 16 * WR * TPW;        // rows of a tile
   const int tps = (D + TR - 1) / TR, tiles = topk * tps, groups = (tiles + tpg - 1) / tpg;
   // Staged slots: every slot (act quant), or (weight-only) the most a group's tpg tiles span, restaged per group
-  // (runtime/cuda/ops_wo_mma.cc sizes the shared memory with the same count).
+  // (runtime/cuda/mma_split.h mma_wo_down_span: the launcher sizes the shared memory with the same count).
   const int span = WO ? min(topk, (tpg + tps - 2) / tps + 1) : topk, RS = slot_rows<P>() * span;
   mma_check_smem(F, RS);
   u8* xq = mma_sm;
@@ -152,7 +152,7 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
   float* part = xsc + nb * 8;
   int b0, b1;
   mma_seg_range(nb, seg, S, b0, b1);
-  MmaSegment<FP4, TPW, WO ? false : bool(SMELT_W_TILED)> ms;  // as in up_mma_body: the group's first weight blocks first
+  MmaSegment<FP4, TPW, WO ? false : bool(SMELT_W_TILED)> ms;  // as in up_mma_body: the first weight blocks first
   int staged_lo = -1, staged_hi = -1;  // weight-only: the slots staged
   // Routed slots too: the up lets this grid be scheduled only after its own wait for the routing, so the expert
   // indices are final before this grid's wait (read from L2), and the first group's weights stream in while the up

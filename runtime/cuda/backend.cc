@@ -3,6 +3,7 @@
 #include "runtime/cuda/nccl.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <set>
@@ -69,6 +70,13 @@ bool env_is(const char* name, const char* value) {
 }
 
 bool env_off(const char* name) { return env_is(name, "0"); }
+
+std::array<int, 3> env_ints3(const char* name) {
+  std::array<int, 3> v{0, 0, 0};
+  const char* s = std::getenv(name);
+  if (s && std::sscanf(s, "%d,%d,%d", &v[0], &v[1], &v[2]) != 3) v = {0, 0, 0};
+  return v;
+}
 
 std::set<std::string> env_names(const char* var) {
   std::set<std::string> out;

@@ -8,6 +8,7 @@
 // arguments: the chunk's first position lives in device memory (`step`) and kernels read it there. The
 // row count IS a kernel argument: a graph is captured per row-count bucket.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <set>
 #include <string>
@@ -86,5 +87,8 @@ std::set<std::string> env_names(const char* var);
 bool env_is(const char* name, const char* value);
 // Whether $name is "0" (the backend's and launchers' on-by-default switches: SMELT_CUDA_PDL, SMELT_CUDA_MMA, ...).
 bool env_off(const char* name);
+// $name = "A,B,C" (tuning switches of three integers: SMELT_CUDA_WO_EXPERTS, SMELT_CUDA_EXPERT_SPLIT): the three, or
+// all 0 (keep the rules) when unset or not three integers.
+std::array<int, 3> env_ints3(const char* name);
 
 }  // namespace smelt::runtime::cuda

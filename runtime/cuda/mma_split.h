@@ -1,9 +1,25 @@
-// How the tensor-core decode GEMVs (kernels/linear/gemv_mma.cuh) split K over the 8 warps of a block: one copy
-// for the launcher (runtime/cuda/ops_mma.cc) and the GPU tests / bench that launch the same shapes.
+// How the tensor-core decode GEMVs (kernels/linear/gemv_mma.cuh) split K over the 8 warps of a block, and the shared
+// memory they take: one copy for the launcher (runtime/cuda/ops_mma.cc) and the GPU tests / bench that launch the
+// same shapes.
 #pragma once
 #include <cstdint>
 
 namespace smelt::runtime::cuda {
+
+// gemv_mma.cuh mma_smem_bytes: rows_staged rows of K staged f16 values (2 K + 64 bytes each), the scales [K/32][8],
+// the K-split partials, then the 8 warps' weight rings (ring_bytes: SMELT_MMA_RING_BYTES, 8192 unless a plan-time
+// define says otherwise) and FP8 scale bytes.
+inline unsigned mma_smem_bytes(int K, int rows_staged, int ring_bytes = 8192) {
+  return unsigned(rows_staged * (2 * K + 64) + (K / 32) * 8 * 4 + 8 * 4 * 32 * 4 +
+                  8 * (ring_bytes + (2 * (K / 32) + 15) / 16 * 16));
+}
+
+// The slots a group of tpg tiles (8 / K split) of the weight-only ring down can span, tps tiles a slot (moe_mma.cu
+// down_mma_body's `span`: it stages two rows, hi and lo, for each).
+inline int mma_wo_down_span(int topk, int tps, int tpg) {
+  const int span = (tpg + tps - 2) / tps + 1;
+  return span < topk ? span : topk;
+}
 
 // Blocks of a persistent grid that a split S needs: 8 / S tiles (16 columns each) a block.
 inline int64_t mma_groups(int64_t tiles, int S) { return (tiles * S + 7) / 8; }

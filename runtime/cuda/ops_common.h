@@ -102,6 +102,12 @@ struct ExpertsLaunch {
   bool routed, round;
 };
 
+// A forced K split (a tuning switch) when it is one the tensor-core kernels take (1, 2, 4, 8; at most `most`), else
+// the rule's.
+inline int split_or(int forced, int rule, int most = 8) {
+  return (forced == 1 || forced == 2 || forced == 4 || forced == 8) && forced <= most ? forced : rule;
+}
+
 // The decode GEMVs (kernels/linear/gemv_aq.cuh): block size and the most shared memory the launchers ask for
 // (sm_120 allows 99 KiB).
 constexpr int kGemvThreads = 512;

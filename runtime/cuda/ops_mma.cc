@@ -2,8 +2,8 @@
 #include "runtime/cuda/ops_mma.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
-#include <cstdlib>
 #include <map>
 #include <string>
 
@@ -15,15 +15,9 @@ namespace {
 
 constexpr int kMmaWarps = 8;  // kernels/linear/gemv_mma.cuh: block of 256 threads
 
-// gemv_mma.cuh mma_x_stride / mma_scale_stride / mma_smem_bytes.
-int mma_x_stride(int K) { return 2 * K + 64; }
-int mma_scale_stride(int K) { return (2 * (K / 32) + 15) / 16 * 16; }
-constexpr int kMmaRingBytes = 8192;  // gemv_mma.cuh SMELT_MMA_RING_BYTES (the kernels' default)
-constexpr int kMmaDownTpw = 2;       // gemv_mma.cuh SMELT_MMA_DOWN_TPW: a down tile is 16 x 2 output rows
-unsigned mma_smem(int K, int rows_staged) {  // + the warps' weight rings and FP8 scale bytes
-  return unsigned(rows_staged * mma_x_stride(K) + (K / 32) * 8 * 4 + kMmaWarps * 4 * 32 * 4 +
-                  kMmaWarps * (kMmaRingBytes + mma_scale_stride(K)));
-}
+constexpr int kMmaDownTpw = 2;  // gemv_mma.cuh SMELT_MMA_DOWN_TPW: a down tile is 16 x 2 output rows
+// mma_split.h's copy of gemv_mma.cuh mma_smem_bytes, with the kernels' default ring (SMELT_MMA_RING_BYTES 8192).
+unsigned mma_smem(int K, int rows_staged) { return mma_smem_bytes(K, rows_staged); }
 // Shared memory a block may use: sm_90 has 227 KB per multiprocessor (two blocks of up to ~110 KB stay resident),
 // sm_89 / sm_120 99 KB a block (their opt-in limit; K = 8192 at one row takes 96.1 KB).
 unsigned mma_smem_max(const OpLaunch& l) { return l.arch == 90 ? 110u * 1024 : 99u * 1024; }
@@ -46,24 +40,12 @@ int ksplit(int64_t tiles, int nb, unsigned blocks, int64_t N = 0) {
 }
 
 // $SMELT_CUDA_EXPERT_SPLIT=S_UP,S_DOWN,BLOCKS (tuning; 0 keeps the rule): the K splits of the one-row expert kernels
-// (smelt_moe_*_mma, *_wgmma (S <= 2), *_fp4_wo_ring) and their persistent grid's cap in blocks.
-struct ExpertSplit {
-  int s_up = 0, s_down = 0, blocks = 0;
-};
-const ExpertSplit& expert_split() {
-  static const ExpertSplit f = [] {
-    ExpertSplit e;
-    if (const char* v = std::getenv("SMELT_CUDA_EXPERT_SPLIT"))
-      if (std::sscanf(v, "%d,%d,%d", &e.s_up, &e.s_down, &e.blocks) != 3) e = ExpertSplit{};
-    return e;
-  }();
+// (smelt_moe_*_mma, *_wgmma (S <= 2), *_wo_ring) and their persistent grid's cap in blocks.
+const std::array<int, 3>& expert_split() {
+  static const std::array<int, 3> f = env_ints3("SMELT_CUDA_EXPERT_SPLIT");
   return f;
 }
-// The forced split when it is one the kernel takes (1, 2, 4, 8; at most `most`), else the rule's.
-int split_or(int forced, int rule, int most = 8) {
-  return (forced == 1 || forced == 2 || forced == 4 || forced == 8) && forced <= most ? forced : rule;
-}
-unsigned blocks_or(unsigned rule) { return expert_split().blocks > 0 ? unsigned(expert_split().blocks) : rule; }
+unsigned blocks_or(unsigned rule) { return expert_split()[2] > 0 ? unsigned(expert_split()[2]) : rule; }
 
 unsigned grid(int64_t tiles, int S, unsigned blocks) {
   const int64_t groups = (tiles + kMmaWarps / S - 1) / (kMmaWarps / S);
@@ -99,12 +81,12 @@ bool try_experts_mma(Ctx& c, const ExpertsLaunch& a) {
   if (smem_up > mma_smem_max(c.l) || smem_down > mma_smem_max(c.l)) return false;
   const unsigned blocks = blocks_or(gemv_blocks(c.l));
   const int rb = 1;  // the model's numerics (the caller's branch)
-  const ExpertSplit& xs = expert_split();
+  const std::array<int, 3>& xs = expert_split();
   if (wgmma_experts(c.l, a.f)) {
     // mma_split.h: 64-row (up) / 64 x kMmaDownTpw (down) tiles of a warpgroup, K split <= 2.
     const int64_t tiles_up = mma_wg_tiles(a.topk, a.F, 1), tiles_down = mma_wg_tiles(a.topk, a.D, kMmaDownTpw);
-    const int s_up = split_or(xs.s_up, mma_wg_ksplit(tiles_up, a.D / 32, blocks), 2);
-    const int s_down = split_or(xs.s_down, mma_wg_ksplit(tiles_down, a.F / 32, blocks), 2);
+    const int s_up = split_or(xs[0], mma_wg_ksplit(tiles_up, a.D / 32, blocks), 2);
+    const int s_down = split_or(xs[1], mma_wg_ksplit(tiles_down, a.F / 32, blocks), 2);
     auto wg_grid = [&](int64_t tiles, int S) { return unsigned(std::min<int64_t>(mma_wg_groups(tiles, S), blocks)); };
     c.go("smelt_moe_up_fp4_wgmma", wg_grid(tiles_up, s_up), 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk,
          a.idx, a.n_experts, a.rw, a.ew, int(a.f.blk), a.limit, rb, a.h, s_up);
@@ -114,8 +96,8 @@ bool try_experts_mma(Ctx& c, const ExpertsLaunch& a) {
   }
   const int64_t tiles_up = int64_t(a.topk) * ((a.F + 15) / 16);
   const int64_t tiles_down = int64_t(a.topk) * ((a.D + 16 * kMmaDownTpw - 1) / (16 * kMmaDownTpw));
-  const int s_up = split_or(xs.s_up, ksplit(tiles_up, a.D / 32, blocks));
-  const int s_down = split_or(xs.s_down, ksplit(tiles_down, a.F / 32, blocks));
+  const int s_up = split_or(xs[0], ksplit(tiles_up, a.D / 32, blocks));
+  const int s_down = split_or(xs[1], ksplit(tiles_down, a.F / 32, blocks));
   const std::string up = std::string("smelt_moe_up_") + a.f.fmt + "_mma";
   c.go(up.c_str(), grid(tiles_up, s_up, blocks), 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk, a.idx,
        a.n_experts, a.rw, a.ew, int(a.f.blk), a.limit, rb, a.h, s_up);
@@ -142,9 +124,9 @@ bool try_experts_wo_ring(Ctx& c, const ExpertsLaunch& a) {
   const int64_t tiles_up = int64_t(a.topk) * ((a.F + 15) / 16);
   const int tps_down = (a.D + 16 * kMmaDownTpw - 1) / (16 * kMmaDownTpw);
   const int64_t tiles_down = int64_t(a.topk) * tps_down;
-  const int s_up = split_or(expert_split().s_up, ksplit(tiles_up, a.D / 32, blocks));
-  const int s_down = split_or(expert_split().s_down, ksplit(tiles_down, a.F / 32, blocks));
-  const int tpg = kMmaWarps / s_down, span = std::min(a.topk, (tpg + tps_down - 2) / tps_down + 1);
+  const int s_up = split_or(expert_split()[0], ksplit(tiles_up, a.D / 32, blocks));
+  const int s_down = split_or(expert_split()[1], ksplit(tiles_down, a.F / 32, blocks));
+  const int span = mma_wo_down_span(a.topk, tps_down, kMmaWarps / s_down);
   const unsigned smem_up = mma_smem(a.D, 2), smem_down = mma_smem(a.F, 2 * span);
   if (smem_up > mma_smem_max(c.l) || smem_down > mma_smem_max(c.l)) return false;
   const std::string up = "smelt_moe_up_" + fmt + "_wo_ring", down = "smelt_moe_down_" + fmt + "_wo_ring";

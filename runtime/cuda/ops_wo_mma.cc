@@ -4,8 +4,7 @@
 #include "runtime/cuda/ops_wo_mma.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
+#include <array>
 #include <string>
 
 namespace smelt::runtime::cuda::detail {
@@ -86,19 +85,10 @@ bool try_experts_wo_mma(Ctx& c, const ExpertsLaunch& a) {
   int ks_down = wo_ks(int64_t(down_items) * a.topk, a.F / 32, sms);
   // $SMELT_CUDA_WO_EXPERTS=KS_UP,KS_DOWN,CTAS (tuning; 0 keeps the rule): the K splits and the CTAs a multiprocessor
   // (over the slots). Session 14's sweep: docs/performance.md.
-  struct Forced {
-    int ks_up = 0, ks_down = 0, per_sm = 0;
-  };
-  static const Forced forced = [] {
-    Forced f;
-    if (const char* v = std::getenv("SMELT_CUDA_WO_EXPERTS"))
-      if (std::sscanf(v, "%d,%d,%d", &f.ks_up, &f.ks_down, &f.per_sm) != 3) f = Forced{};
-    return f;
-  }();
-  auto ks_ok = [](int k) { return k == 1 || k == 2 || k == 4 || k == 8; };
-  if (ks_ok(forced.ks_up)) ks_up = forced.ks_up;
-  if (ks_ok(forced.ks_down)) ks_down = forced.ks_down;
-  const int per_sm = forced.per_sm > 0 ? forced.per_sm : 2;
+  static const std::array<int, 3> forced = env_ints3("SMELT_CUDA_WO_EXPERTS");
+  ks_up = split_or(forced[0], ks_up);
+  ks_down = split_or(forced[1], ks_down);
+  const int per_sm = forced[2] > 0 ? forced[2] : 2;
   const int cb_up = wo_cb(1, ks_up, a.D / 32), cb_down = wo_cb(1, ks_down, a.F / 32);
   if (cb_up < 1 || cb_down < 1) return false;
   const int cta_cap = std::max(1, (per_sm * sms + a.topk - 1) / a.topk);

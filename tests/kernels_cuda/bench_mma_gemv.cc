@@ -70,9 +70,7 @@ std::vector<std::string> defines(const Variant& v) {
 }
 
 // gemv_mma.cuh mma_smem_bytes with the variant's ring.
-unsigned mma_smem(int K, int rows, int ring) {
-  return unsigned(rows * (2 * K + 64) + (K / 32) * 8 * 4 + 8 * 4 * 32 * 4 + 8 * (ring + (2 * (K / 32) + 15) / 16 * 16));
-}
+unsigned mma_smem(int K, int rows, int ring) { return smelt::runtime::cuda::mma_smem_bytes(K, rows, ring); }
 
 // K segments as the launcher picks them.
 int ksplit(int64_t tiles, int nb, unsigned blocks) { return smelt::runtime::cuda::mma_ksplit(tiles, nb, blocks); }

@@ -53,11 +53,8 @@ bool has_fp8_mma() {
   if (!has_fp8_mma()) GTEST_SKIP() << "FP8 mma.sync needs sm_89+"
 
 
-// gemv_mma.cuh mma_x_stride / mma_smem_bytes (the exact kernels': harness gemv_aq_smem).
-int x_stride(int K) { return 2 * K + 64; }
-unsigned mma_smem(int K, int rows) {  // + the warps' 8 KB weight rings and FP8 scale bytes
-  return unsigned(rows * x_stride(K) + (K / 32) * 8 * 4 + 8 * 4 * 32 * 4 + 8 * (8192 + (2 * (K / 32) + 15) / 16 * 16));
-}
+// gemv_mma.cuh mma_smem_bytes with the default 8 KB rings (runtime/cuda/mma_split.h).
+unsigned mma_smem(int K, int rows) { return smelt::runtime::cuda::mma_smem_bytes(K, rows); }
 
 // |w| of weight (n, k) without its scale, and the scale: FP8 [N, K] blocks blk, FP4 packed [N, K/2] per 32.
 struct Weights {

@@ -22,11 +22,14 @@
 #include <string>
 
 #include "runtime/cuda/kernel_args.h"
+#include "runtime/cuda/mma_split.h"
 #include "tests/kernels_cuda/harness.h"
 
 namespace {
 
 using smelt::runtime::cuda::ExpertW;
+using smelt::runtime::cuda::mma_smem_bytes;
+using smelt::runtime::cuda::mma_wo_down_span;
 using smelt::test_cuda::DevPtr;
 using smelt::test_cuda::gpu;
 using smelt::test_cuda::randn;
@@ -185,17 +188,14 @@ TEST(WoMma, LinearRealShapes) {
   check_linear(true, 8, 8192, 512, 1, 32, 8, 4, 96);
 }
 
-// The FP4 ring kernels (kernels/moe/moe_mma.cu smelt_moe_*_fp4_wo_ring, one row): their launch, as
-// runtime/cuda/ops_mma.cc sizes it (gemv_mma.cuh mma_smem_bytes; the down stages the slots a group's tiles span).
+// The ring kernels (kernels/moe/moe_mma.cu smelt_moe_*_wo_ring, one row): their launch, as runtime/cuda/ops_mma.cc
+// sizes it (mma_split.h mma_smem_bytes; the down stages two rows for each slot a group's tiles span).
 // grid 0: the launcher's persistent grid (two blocks an SM); S: the K split (1, 2, 4, 8).
 struct Ring {
   bool on = false;
   unsigned grid_up = 0, grid_down = 0;
   int s_up = 1, s_down = 1;
 };
-unsigned mma_smem(int K, int rows_staged) {
-  return unsigned(rows_staged * (2 * K + 64) + (K / 32) * 32 + 8 * 4 * 32 * 4 + 8 * (8192 + (2 * (K / 32) + 15) / 16 * 16));
-}
 
 // Experts: E experts, slots idx [rows * topk] (-1 = none); up h = swiglu(x w1, x w3), down out = h w2.
 void check_experts(bool fp4, int rows, int topk, int E, int D, int F, int blk, const std::vector<int>& idx, int ks_up,
@@ -235,14 +235,15 @@ void check_experts(bool fp4, int rows, int topk, int E, int D, int F, int blk, c
   const int cb_up = (D / 32 + ks_up - 1) / ks_up, cb_down = (F / 32 + ks_down - 1) / ks_down;
   // ring: the tiles (16 rows; the down's 2 x 16), the groups of 8 / S tiles, the slots a down group spans.
   const int tiles_up = topk * ((F + 15) / 16), tps_down = (D + 31) / 32, tiles_down = topk * tps_down;
-  const int tpg_down = 8 / ring.s_down, span = std::min(topk, (tpg_down + tps_down - 2) / tps_down + 1);
+  const int span = mma_wo_down_span(topk, tps_down, 8 / ring.s_down);
   auto ring_grid = [](unsigned forced, int tiles, int S) {
-    const unsigned groups = unsigned((tiles * S + 7) / 8);
+    const unsigned groups = unsigned(smelt::runtime::cuda::mma_groups(tiles, S));
     return forced ? std::min(forced, groups) : std::min(groups, 2u * unsigned(gpu().multiprocessors()));
   };
+  const std::string up_ring = "smelt_moe_up_" + f + "_wo_ring", down_ring = "smelt_moe_down_" + f + "_wo_ring";
   if (ring.on)
-    gpu().launch("moe", ("smelt_moe_up_" + f + "_wo_ring").c_str(), ring_grid(ring.grid_up, tiles_up, ring.s_up), 1, 1, 256,
-                 mma_smem(D, 2), dx, D, F, topk, didx, E, DevPtr(0), ew, blk, limit, 0, h, ring.s_up);
+    gpu().launch("moe", up_ring.c_str(), ring_grid(ring.grid_up, tiles_up, ring.s_up), 1, 1, 256, mma_smem_bytes(D, 2),
+                 dx, D, F, topk, didx, E, DevPtr(0), ew, blk, limit, 0, h, ring.s_up);
   else
     gpu().launch("moe", ("smelt_moe_up_" + f + "_wo_mma").c_str(), 30, unsigned(RT), 1, 256,
                  wo_smem(1, ks_up * cb_up), dx, D, F, topk, didx, E, ew, blk, limit, h, ks_up, cb_up);
@@ -250,8 +251,8 @@ void check_experts(bool fp4, int rows, int topk, int E, int D, int F, int blk, c
                didx, E, ew, blk, limit, hc);
   auto hv = gpu().get<float>(h, size_t(RT) * F), hcv = gpu().get<float>(hc, size_t(RT) * F);
   if (ring.on)
-    gpu().launch("moe", ("smelt_moe_down_" + f + "_wo_ring").c_str(), ring_grid(ring.grid_down, tiles_down, ring.s_down), 1, 1, 256,
-                 mma_smem(F, 2 * span), h, D, F, topk, didx, E, ew, blk, 0, 0, out, ring.s_down);
+    gpu().launch("moe", down_ring.c_str(), ring_grid(ring.grid_down, tiles_down, ring.s_down), 1, 1, 256,
+                 mma_smem_bytes(F, 2 * span), h, D, F, topk, didx, E, ew, blk, 0, 0, out, ring.s_down);
   else
     gpu().launch("moe", ("smelt_moe_down_" + f + "_wo_mma").c_str(), 30, unsigned(RT), 1, 256,
                  wo_smem(1, ks_down * cb_down), h, D, F, topk, didx, E, ew, blk, out, ks_down, cb_down);
@@ -321,8 +322,8 @@ TEST(WoMma, ExpertsRealShapes) {
 }
 
 // The ring kernels of one row (FP4, and FP8 with 128-blocks): small shapes with every K split, persistent grids of
-// one or two blocks (the down restages its slots group by group, also when groups straddle slots), an invalid slot; the V4.1-Flash routed shape and
-// the shared expert's (one slot) with the launcher's grid and split.
+// one or two blocks (the down restages its slots group by group, also when groups straddle slots), an invalid slot;
+// the V4.1-Flash routed shape and the shared expert's (one slot) with the launcher's grid and split.
 TEST(WoMma, ExpertsRing) {
   NEED_GPU();
   for (bool fp4 : {true, false})

@@ -110,13 +110,35 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_b
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes)
                : "memory");
 }
+// Weights are read once a step: their streaming loads (the GEMV rings' cp.async, the one-row kernels' w8_fetch)
+// carry an L2 evict-first policy, so that the ~2.6 GB a step streams through the 50 MB L2 does not push out what is
+// read again soon (kernel code: each launch fetches its instructions through the L2; activations, scales, states).
+// V4.1 slice on the H200: 1.252 -> 1.213 ms a step (sm_90 path), 1.380 -> 1.368 (sm_80 path), three alternating
+// pairs; docs/performance.md "Session 16". -DSMELT_W_EVICT_FIRST=0 (a plan-time define): plain loads.
+#ifndef SMELT_W_EVICT_FIRST
+#define SMELT_W_EVICT_FIRST 1
+#endif
+// The evict-first policy (not volatile: the compiler may share one register for all uses).
+__device__ __forceinline__ u64 l2_evict_first() {
+  u64 p;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+
 // The same to a shared-space address with an L2 prefetch hint (the L2 fetches the aligned PF bytes, 64, 128 or 256,
 // around src; 0: none), issued only when ok (a predicate, not a branch: no reconvergence barrier).
 template <int PF>
 __device__ __forceinline__ void cp_async16_pf_if(u32 dst, const void* src, int src_bytes, bool ok) {
+#if SMELT_W_EVICT_FIRST
+#define SMELT_CP_ASYNC_IF(HINT)                                                                                    \
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %3, 0;\n@p cp.async.cg.shared.global.L2::cache_hint" HINT           \
+               " [%0], [%1], 16, %2, %4; }" ::"r"(dst), "l"(src), "r"(src_bytes), "r"(int(ok)), "l"(l2_evict_first()) \
+               : "memory")
+#else
 #define SMELT_CP_ASYNC_IF(HINT)                                                                               \
   asm volatile("{ .reg .pred p; setp.ne.b32 p, %3, 0;\n@p cp.async.cg.shared.global" HINT " [%0], [%1], 16, %2; }" \
                ::"r"(dst), "l"(src), "r"(src_bytes), "r"(int(ok)) : "memory")
+#endif
   if constexpr (PF == 64) SMELT_CP_ASYNC_IF(".L2::64B");
   else if constexpr (PF == 128) SMELT_CP_ASYNC_IF(".L2::128B");
   else if constexpr (PF == 256) SMELT_CP_ASYNC_IF(".L2::256B");

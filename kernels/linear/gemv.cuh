@@ -140,21 +140,34 @@ __device__ constexpr int r1_depth() {
   return DR < 2 ? 2 : (DR > 8 ? 8 : DR);
 }
 
-// Streaming weight load: read once, so not kept in L1 (the activation row is, for every column of the SM).
+// Streaming weight load: read once, so not kept in L1 (the activation row is, for every column of the SM), and with
+// SMELT_W_EVICT_FIRST first out of the L2 (common.cuh).
+#if SMELT_W_EVICT_FIRST
+#define SMELT_W8_LD "ld.global.nc.L1::no_allocate.L2::cache_hint"
+#define SMELT_W8_POL , "l"(l2_evict_first())
+#define SMELT_W8_P(n) ", %" #n
+#else
+#define SMELT_W8_LD "ld.global.nc.L1::no_allocate"
+#define SMELT_W8_POL
+#define SMELT_W8_P(n)
+#endif
 template <int FMT>
 __device__ __forceinline__ void w8_fetch(const u8* p, W8Raw<FMT>& r) {
   if constexpr (W8Raw<FMT>::R == 1) {
-    asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(r.q[0]) : "l"(p));
+    asm(SMELT_W8_LD ".u32 %0, [%1]" SMELT_W8_P(2) ";" : "=r"(r.q[0]) : "l"(p) SMELT_W8_POL);
   } else if constexpr (W8Raw<FMT>::R == 2) {
-    asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(r.q[0]), "=r"(r.q[1]) : "l"(p));
+    asm(SMELT_W8_LD ".v2.u32 {%0, %1}, [%2]" SMELT_W8_P(3) ";" : "=r"(r.q[0]), "=r"(r.q[1]) : "l"(p) SMELT_W8_POL);
   } else {
 #pragma unroll
     for (int h = 0; h < W8Raw<FMT>::R / 4; ++h)
-      asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      asm(SMELT_W8_LD ".v4.u32 {%0, %1, %2, %3}, [%4]" SMELT_W8_P(5) ";"
           : "=r"(r.q[4 * h]), "=r"(r.q[4 * h + 1]), "=r"(r.q[4 * h + 2]), "=r"(r.q[4 * h + 3])
-          : "l"(p + 16 * h));
+          : "l"(p + 16 * h) SMELT_W8_POL);
   }
 }
+#undef SMELT_W8_LD
+#undef SMELT_W8_POL
+#undef SMELT_W8_P
 
 // The four E4M3 codes of v times S = 2^120 * scale, bit for bit e4m3x4_decode(v)[j] * scale when no byte of v is a
 // NaN code and S is finite (scale codes <= 134): e4m3x4_decode's 2^-120-scaled bits (sign at 31, exponent and

@@ -34,14 +34,11 @@ __device__ __forceinline__ const u8* lane_xrow(const u8* xq, int stride, int lt,
   return nullptr;
 }
 
-template <int P>
-__device__ __forceinline__ void stage_rows(const float* x, int rows, int K, u8* xq, int stride, float* xsc, bool fp4) {
-  if constexpr (P == kPathWo) {
-    if (fp4) mma_stage_wo<true>(x, rows, K, xq, stride, xsc);
-    else mma_stage_wo<false>(x, rows, K, xq, stride, xsc);
-  }
+template <bool FP4, int P>
+__device__ __forceinline__ void stage_rows(const float* x, int rows, int K, u8* xq, int stride, float* xsc) {
+  if constexpr (P == kPathWo) mma_stage_wo<FP4>(x, rows, K, xq, stride, xsc);
   else if constexpr (P == kPathWg) mma_stage_quant<kStageE4m3Split>(x, rows, K, xq, stride, xsc);
-  else if (fp4) mma_stage_quant<kStageF16Paired>(x, rows, K, xq, stride, xsc);
+  else if constexpr (FP4) mma_stage_quant<kStageF16Paired>(x, rows, K, xq, stride, xsc);
   else mma_stage_quant<kStageF16>(x, rows, K, xq, stride, xsc);
 }
 
@@ -99,7 +96,7 @@ __device__ void up_mma_body(const float* x, int D, int F, int topk, const i32* i
     }
     if (grp == int(blockIdx.x)) {
       if (!idx) grid_dep_wait();
-      stage_rows<P>(x, 1, D, xq, stride, xsc, FP4);
+      stage_rows<FP4, P>(x, 1, D, xq, stride, xsc);
     }
     float acc[2][2] = {{0.f, 0.f}, {0.f, 0.f}};  // [g, u][rows g, g + 8]
     if (e >= 0) {
@@ -181,11 +178,11 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
       const bool own = WO || int(gridDim.x) >= groups;
       const int t_lo = own ? g_lo : 0, t_hi = own ? g_hi : topk - 1;
       const int r0 = WO ? 0 : t_lo;  // staged row of t_lo
-      stage_rows<P>(h + i64(t_lo) * F, t_hi - t_lo + 1, F, xq + slot_rows<P>() * r0 * stride, stride, xsc + r0, FP4);
+      stage_rows<FP4, P>(h + i64(t_lo) * F, t_hi - t_lo + 1, F, xq + slot_rows<P>() * r0 * stride, stride, xsc + r0);
       staged_lo = t_lo, staged_hi = t_hi;
     } else if (WO && (g_lo != staged_lo || g_hi != staged_hi)) {  // a later group may also end in the next slot
       __syncthreads();  // every warp is done with the staged slots
-      stage_rows<P>(h + i64(g_lo) * F, g_hi - g_lo + 1, F, xq, stride, xsc, FP4);
+      stage_rows<FP4, P>(h + i64(g_lo) * F, g_hi - g_lo + 1, F, xq, stride, xsc);
       staged_lo = g_lo, staged_hi = g_hi;
     }
     const int lt = WO ? t - staged_lo : t;  // this tile's staged slot row

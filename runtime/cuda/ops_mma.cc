@@ -75,6 +75,22 @@ bool wgmma_experts(const OpLaunch& l, const LinearW& f) {
   return on && l.arch == 90 && std::string(f.fmt) == "fp4";
 }
 
+// The mma.sync expert kernels' tiles (up: 16 rows; down: kMmaDownTpw 16-row tiles a warp, tps_down a slot) and K
+// splits (one round of the grid, or $SMELT_CUDA_EXPERT_SPLIT), shared by the act-quant and weight-only ring kernels.
+struct SyncSplit {
+  int64_t tiles_up, tiles_down;
+  int tps_down, s_up, s_down;
+};
+SyncSplit sync_split(const ExpertsLaunch& a, unsigned blocks) {
+  SyncSplit r;
+  r.tps_down = (a.D + 16 * kMmaDownTpw - 1) / (16 * kMmaDownTpw);
+  r.tiles_up = int64_t(a.topk) * ((a.F + 15) / 16);
+  r.tiles_down = int64_t(a.topk) * r.tps_down;
+  r.s_up = split_or(expert_split()[0], ksplit(r.tiles_up, a.D / 32, blocks));
+  r.s_down = split_or(expert_split()[1], ksplit(r.tiles_down, a.F / 32, blocks));
+  return r;
+}
+
 bool try_experts_mma(Ctx& c, const ExpertsLaunch& a) {
   if (!a.f.quant || a.topk < 1 || a.topk > 8 || a.D % 32 || a.F % 32) return false;
   const unsigned smem_up = mma_smem(a.D, 1), smem_down = mma_smem(a.F, a.topk);
@@ -94,16 +110,13 @@ bool try_experts_mma(Ctx& c, const ExpertsLaunch& a) {
          a.topk, a.idx, a.n_experts, a.ew, int(a.f.blk), rb, int(!a.routed && a.round), a.out, s_down);
     return true;
   }
-  const int64_t tiles_up = int64_t(a.topk) * ((a.F + 15) / 16);
-  const int64_t tiles_down = int64_t(a.topk) * ((a.D + 16 * kMmaDownTpw - 1) / (16 * kMmaDownTpw));
-  const int s_up = split_or(xs[0], ksplit(tiles_up, a.D / 32, blocks));
-  const int s_down = split_or(xs[1], ksplit(tiles_down, a.F / 32, blocks));
+  const SyncSplit sp = sync_split(a, blocks);
   const std::string up = std::string("smelt_moe_up_") + a.f.fmt + "_mma";
-  c.go(up.c_str(), grid(tiles_up, s_up, blocks), 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk, a.idx,
-       a.n_experts, a.rw, a.ew, int(a.f.blk), a.limit, rb, a.h, s_up);
+  c.go(up.c_str(), grid(sp.tiles_up, sp.s_up, blocks), 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk, a.idx,
+       a.n_experts, a.rw, a.ew, int(a.f.blk), a.limit, rb, a.h, sp.s_up);
   const std::string down = std::string("smelt_moe_down_") + a.f.fmt + "_mma";
-  c.go(down.c_str(), grid(tiles_down, s_down, blocks), 1, 1, kMmaWarps * 32, smem_down, a.h, a.D, a.F, a.topk, a.idx,
-       a.n_experts, a.ew, int(a.f.blk), rb, int(!a.routed && a.round), a.out, s_down);
+  c.go(down.c_str(), grid(sp.tiles_down, sp.s_down, blocks), 1, 1, kMmaWarps * 32, smem_down, a.h, a.D, a.F, a.topk,
+       a.idx, a.n_experts, a.ew, int(a.f.blk), rb, int(!a.routed && a.round), a.out, sp.s_down);
   return true;
 }
 
@@ -121,11 +134,7 @@ bool try_experts_wo_ring(Ctx& c, const ExpertsLaunch& a) {
       a.F % 32)
     return false;
   const unsigned blocks = blocks_or(gemv_blocks(c.l));
-  const int64_t tiles_up = int64_t(a.topk) * ((a.F + 15) / 16);
-  const int tps_down = (a.D + 16 * kMmaDownTpw - 1) / (16 * kMmaDownTpw);
-  const int64_t tiles_down = int64_t(a.topk) * tps_down;
-  const int s_up = split_or(expert_split()[0], ksplit(tiles_up, a.D / 32, blocks));
-  const int s_down = split_or(expert_split()[1], ksplit(tiles_down, a.F / 32, blocks));
+  const auto [tiles_up, tiles_down, tps_down, s_up, s_down] = sync_split(a, blocks);
   const int span = mma_wo_down_span(a.topk, tps_down, kMmaWarps / s_down);
   const unsigned smem_up = mma_smem(a.D, 2), smem_down = mma_smem(a.F, 2 * span);
   if (smem_up > mma_smem_max(c.l) || smem_down > mma_smem_max(c.l)) return false;

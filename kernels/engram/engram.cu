@@ -100,19 +100,19 @@ __device__ __forceinline__ void block_sum3_d(double& a, double& b, double& c, do
   a = red[0][0], b = red[1][0], c = red[2][0];
 }
 
-// One weight dtype pair: the weights' loads are straight-line code, so a thread's kGateSteps steps of all four
+// One weight dtype pair: the weights' loads are straight-line code, so a thread's ST steps of all four
 // inputs are loaded before any is summed (one memory round trip instead of one a step; the sums keep their order:
 // thread t's chain over d = t, t + blockDim.x, ...).
-template <int QDT, int KDT>
+template <int QDT, int KDT, int ST = kGateSteps>
 __device__ __forceinline__ void gate_row(const float* h, const float* key, const float* value, const void* qw,
                                          const void* kw, i64 wo, int D, float eps, float inv_sqrt_dim, int rb,
                                          float* o, double (*red)[32]) {
   const int tid = threadIdx.x, nt = blockDim.x;
   double dot = 0.0, hh = 0.0, kk = 0.0;
-  for (int d0 = tid; d0 < D; d0 += kGateSteps * nt) {
-    float hv[kGateSteps], kv[kGateSteps], w[kGateSteps];
+  for (int d0 = tid; d0 < D; d0 += ST * nt) {
+    float hv[ST], kv[ST], w[ST];
 #pragma unroll
-    for (int u = 0; u < kGateSteps; ++u) {
+    for (int u = 0; u < ST; ++u) {
       const int d = d0 + u * nt;
       const bool in = d < D;
       hv[u] = in ? h[d] : 0.f;
@@ -120,7 +120,7 @@ __device__ __forceinline__ void gate_row(const float* h, const float* key, const
       w[u] = in ? __fmul_rn(ldw(qw, wo + d, QDT), ldw(kw, wo + d, KDT)) : 0.f;
     }
 #pragma unroll
-    for (int u = 0; u < kGateSteps; ++u)
+    for (int u = 0; u < ST; ++u)
       if (d0 + u * nt < D) {
         dot += double(__fmul_rn(__fmul_rn(hv[u], w[u]), kv[u]));
         hh += double(hv[u]) * double(hv[u]);
@@ -134,16 +134,16 @@ __device__ __forceinline__ void gate_row(const float* h, const float* key, const
   const float mag = __fsqrt_rn(a > 1e-6f ? a : 1e-6f);
   const float gate = __fdiv_rn(1.f, 1.f + expf(-copysignf(mag, g)));
   // o may alias h: each thread reads its own channels before it writes them.
-  for (int d0 = tid; d0 < D; d0 += kGateSteps * nt) {
-    float hv[kGateSteps], vv[kGateSteps];
+  for (int d0 = tid; d0 < D; d0 += ST * nt) {
+    float hv[ST], vv[ST];
 #pragma unroll
-    for (int u = 0; u < kGateSteps; ++u) {
+    for (int u = 0; u < ST; ++u) {
       const int d = d0 + u * nt;
       hv[u] = d < D ? h[d] : 0.f;
       vv[u] = d < D ? value[d] : 0.f;
     }
 #pragma unroll
-    for (int u = 0; u < kGateSteps; ++u) {
+    for (int u = 0; u < ST; ++u) {
       const int d = d0 + u * nt;
       if (d < D) {
         const float v = __fadd_rn(hv[u], __fmul_rn(gate, vv[u]));
@@ -153,14 +153,12 @@ __device__ __forceinline__ void gate_row(const float* h, const float* key, const
   }
 }
 
-}  // namespace
-
 // Gate per (row, copy c): X/out [T, n*D], kv [T, (n+1)*D] (keys then value, bf16 values), q_weight / k_weight
-// [n, D]. out = bf16(h + gate * value) (rb = 0, numerics fp32: not rounded). grid (n, T), block 256. out may
-// alias X.
-extern "C" __global__ void smelt_engram_gate(const float* X, const float* kv, const void* qw, int qdt, const void* kw,
-                                             int kdt, int D, float eps, float inv_sqrt_dim, int rb, float* out) {
-  SMELT_KERNEL_PROLOGUE();
+// [n, D]. out = bf16(h + gate * value) (rb = 0, numerics fp32: not rounded). grid (n, T); ST steps of a thread loaded
+// at once. out may alias X.
+template <int ST>
+__device__ __forceinline__ void engram_gate(const float* X, const float* kv, const void* qw, int qdt, const void* kw,
+                                            int kdt, int D, float eps, float inv_sqrt_dim, int rb, float* out) {
   const int c = blockIdx.x, n = gridDim.x;
   const i64 r = blockIdx.y;
   const float* h = X + (r * n + c) * D;
@@ -169,7 +167,7 @@ extern "C" __global__ void smelt_engram_gate(const float* X, const float* kv, co
   float* o = out + (r * n + c) * D;
   const i64 wo = i64(c) * D;
   __shared__ double red[3][32];
-#define SMELT_GATE(Q, K) gate_row<Q, K>(h, key, value, qw, kw, wo, D, eps, inv_sqrt_dim, rb, o, red)
+#define SMELT_GATE(Q, K) gate_row<Q, K, ST>(h, key, value, qw, kw, wo, D, eps, inv_sqrt_dim, rb, o, red)
   switch (qdt * 3 + kdt) {
     case kBF16 * 3 + kBF16: SMELT_GATE(kBF16, kBF16); break;
     case kBF16 * 3 + kF32: SMELT_GATE(kBF16, kF32); break;
@@ -182,4 +180,23 @@ extern "C" __global__ void smelt_engram_gate(const float* X, const float* kv, co
     default: SMELT_GATE(kF32, kF32); break;
   }
 #undef SMELT_GATE
+}
+
+}  // namespace
+
+// Block 256: 20 steps a thread (D = 5120: all of them), 212 registers.
+extern "C" __global__ void smelt_engram_gate(const float* X, const float* kv, const void* qw, int qdt, const void* kw,
+                                             int kdt, int D, float eps, float inv_sqrt_dim, int rb, float* out) {
+  SMELT_KERNEL_PROLOGUE();
+  engram_gate<kGateSteps>(X, kv, qw, qdt, kw, kdt, D, eps, inv_sqrt_dim, rb, out);
+}
+
+// Block 1024, 5 steps a thread (the launcher's choice: runtime/cuda/ops_v41.cc gate_kernel). The sums' order follows
+// the block size (thread t's chain over d = t, t + 1024, ...).
+extern "C" __global__ void __launch_bounds__(1024) smelt_engram_gate_wide(const float* X, const float* kv, const void* qw,
+                                                                          int qdt, const void* kw, int kdt, int D,
+                                                                          float eps, float inv_sqrt_dim, int rb,
+                                                                          float* out) {
+  SMELT_KERNEL_PROLOGUE();
+  engram_gate<5>(X, kv, qw, qdt, kw, kdt, D, eps, inv_sqrt_dim, rb, out);
 }

@@ -51,6 +51,12 @@ constexpr int kMmaWarps = 8;  // block of 256 threads
 // a stage
 #define SMELT_MMA_FP4_PAIR_STAGES 8
 #endif
+#ifndef SMELT_MMA_FULL_GROUPS
+// a group of blocks wholly inside the segment consumed without a bound check per block, so that the compiler can
+// interleave their loads, conversions and MMAs (with a check between blocks each block's two HMMAs and fold ran
+// serially: Nsight Compute showed the FP8 GEMV loop stalled on fixed-latency waits)
+#define SMELT_MMA_FULL_GROUPS 1
+#endif
 #ifndef SMELT_MMA_TPW
 #define SMELT_MMA_TPW 1  // 16-row matrices a warp of the linear GEMV walks at once (1 or 2)
 #endif
@@ -630,9 +636,14 @@ struct MmaSegment {
     static_assert(D % G == 0, "the ring holds whole groups");
     if constexpr (FP4) {
       fp4_groups(b0, b1, [&](int bb, int j0) {
+        if (SMELT_MMA_FULL_GROUPS && bb + j0 + G <= b1) {
 #pragma unroll
-        for (int j = j0; j < j0 + G; ++j)
-          if (bb + j < b1) consume<NC, NZ, HL>(j, bb + j, sc[j], xrow, xsl, acc);
+          for (int j = j0; j < j0 + G; ++j) consume<NC, NZ, HL>(j, bb + j, sc[j], xrow, xsl, acc);
+        } else {
+#pragma unroll
+          for (int j = j0; j < j0 + G; ++j)
+            if (bb + j < b1) consume<NC, NZ, HL>(j, bb + j, sc[j], xrow, xsl, acc);
+        }
         __syncwarp();
         issue_fp4_group(j0, G, bb + j0 + D);
       });
@@ -642,9 +653,14 @@ struct MmaSegment {
       for (int b = b0; b < b1; b += G) {
         cp_async_wait<D - G>();  // this lane's copies of blocks b .. b + G - 1 have landed ...
         __syncwarp();            // ... and every lane's
+        if (SMELT_MMA_FULL_GROUPS && b + G <= b1) {
 #pragma unroll
-        for (int j = 0; j < G; ++j)
-          if (b + j < b1) consume<NC, NZ, HL>(slot + j, b + j, 0u, xrow, xsl, acc);
+          for (int j = 0; j < G; ++j) consume<NC, NZ, HL>(slot + j, b + j, 0u, xrow, xsl, acc);
+        } else {
+#pragma unroll
+          for (int j = 0; j < G; ++j)
+            if (b + j < b1) consume<NC, NZ, HL>(slot + j, b + j, 0u, xrow, xsl, acc);
+        }
         __syncwarp();  // the slots read by all lanes before they are refilled
         issue_fp8_group(slot, G, b + D);
         slot = (slot + G) & (D - 1);

@@ -2,6 +2,7 @@
 // runtime/cpu/ops_v41.cc. The V4.1 forms of linear / moe_experts / swiglu_mlp live in ops.cc.
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "kernels/engram/hash.h"
 #include "runtime/cuda/ops_common.h"
@@ -9,6 +10,15 @@
 namespace smelt::runtime::cuda::detail {
 
 namespace {
+
+// The Engram gate kernel: smelt_engram_gate_wide (1024 threads a (row, stream), 5 steps a thread: 13 -> ~7 us at the
+// V4.1-Flash shape, the step 1.199 -> 1.192 ms, H200) unless $SMELT_CUDA_GATE_THREADS=256 (smelt_engram_gate, 20
+// steps a thread: its 212 registers allow no more threads). Each sums in its own order (the GPU test checks both).
+std::pair<const char*, unsigned> gate_kernel() {
+  static const bool narrow = env_is("SMELT_CUDA_GATE_THREADS", "256");
+  return narrow ? std::pair<const char*, unsigned>{"smelt_engram_gate", 256u}
+                : std::pair<const char*, unsigned>{"smelt_engram_gate_wide", 1024u};
+}
 
 struct HashLayout {  // kernels/engram/engram.cu HashLayout
   int64_t mult[4][8];
@@ -160,7 +170,7 @@ bool run_v41(Ctx& c) {
       // Model numerics: act-quant FP8 GEMM rounded to bf16; numerics = "fp32": fp32 on the dequantized weight.
       const int rb = model_rounding(op);
       linear(c, e, kv, wkv, wscale, rows, K, N, rb != 0, 1.f, rb, "wkv");
-      c.go("smelt_engram_gate", unsigned(n), R, 1, 256, 0, l.in[0], kv, ptr(qw), float_dt(c, qw, "q_weight"), ptr(kw),
+      c.go(gate_kernel().first, unsigned(n), R, 1, gate_kernel().second, 0, l.in[0], kv, ptr(qw), float_dt(c, qw, "q_weight"), ptr(kw),
            float_dt(c, kw, "k_weight"), D, float(op.f("eps")), float(std::pow(double(D), -0.5)), rb, l.out[0]);
       return true;
     }
@@ -184,7 +194,7 @@ bool run_v41(Ctx& c) {
         kv = c.scratch(uint64_t(rows) * N * 4);
         linear(c, l.in[1], kv, wkv, wscale, rows, K, N, rb != 0, 1.f, rb, "wkv");
       }
-      c.go("smelt_engram_gate", unsigned(n), R, 1, 256, 0, l.in[0], kv, ptr(qw), float_dt(c, qw, "q_weight"), ptr(kw),
+      c.go(gate_kernel().first, unsigned(n), R, 1, gate_kernel().second, 0, l.in[0], kv, ptr(qw), float_dt(c, qw, "q_weight"), ptr(kw),
            float_dt(c, kw, "k_weight"), D, float(op.f("eps")), float(std::pow(double(D), -0.5)), rb, l.out[0]);
       return true;
     }

@@ -718,82 +718,85 @@ TEST(CudaDecodeKernels, RoundingEntryPointsEqualKernelThenRound) {
 
 }  // namespace
 
-// smelt_engram_gate at the V4.1-Flash decode shape (4 streams x 5120, 256 threads: 20 steps a thread, loaded at
-// once) and at D = 7000 (two load rounds, a partial last one), F32 and BF16 weights, rb 0 / 1, in place as the plan
-// runs it. The three sums are written out here with the kernel's order (thread t's double chain over d = t, t + 256,
-// ..., then block_sum_d's trees) and so is every float step after them, except expf: the device's expf may differ
-// from the host's by an ulp or two, so the gate must be 1 / (1 + e) for one e within 3 ulp of the host's, the same
-// e for all D outputs of the (row, stream), each output bit for bit.
+// smelt_engram_gate (256 threads: 20 steps a thread, loaded at once) and smelt_engram_gate_wide (1024 threads, 5
+// steps; what the launcher runs) at the V4.1-Flash decode shape (4 streams x 5120) and at D = 7000 (several load
+// rounds, a partial last one), F32 and BF16 weights, rb 0 / 1, in place as the plan runs it. The three sums are written
+// out here with the kernel's order (thread t's double chain over d = t, t + threads, ..., then block_sum_d's trees)
+// and so is every float step after them, except expf: the device's expf may differ from the host's by an ulp or two,
+// so the gate must be 1 / (1 + e) for one e within 3 ulp of the host's, the same e for all D outputs of the (row,
+// stream), each output bit for bit.
 TEST(CudaDecodeKernels, EngramGateDecodeShapeBitForBit) {
   NEED_GPU();
   using smelt::kernels::round_bf16;
   const int n = 4, rows = 2;
-  for (int D : {5120, 7000})
-    for (int wdt : {0, 1})
-      for (int rb : {0, 1}) {
-        auto X = randn(size_t(rows) * n * D, 121, 0.5f), kv = randn(size_t(rows) * (n + 1) * D, 122);
-        auto qw = randn(size_t(n) * D, 123, 0.2f), kw = randn(size_t(n) * D, 124, 0.2f);
-        std::vector<uint16_t> qw16(qw.size()), kw16(kw.size());
-        if (wdt)
-          for (size_t k = 0; k < qw.size(); ++k) {
-            qw[k] = round_bf16(qw[k]), kw[k] = round_bf16(kw[k]);
-            uint32_t u, v;
-            std::memcpy(&u, &qw[k], 4), std::memcpy(&v, &kw[k], 4);
-            qw16[k] = uint16_t(u >> 16), kw16[k] = uint16_t(v >> 16);
-          }
-        for (float& v : kv) v = round_bf16(v);  // the kv projection's bf16 outputs
-        const float eps = 1e-6f, inv = float(std::pow(double(D), -0.5));
-        DevPtr dX = gpu().put(X), dkv = gpu().put(kv);
-        DevPtr dq = wdt ? gpu().put(qw16) : gpu().put(qw), dk = wdt ? gpu().put(kw16) : gpu().put(kw);
-        gpu().launch("engram", "smelt_engram_gate", n, rows, 1, 256, 0, dX, dkv, dq, wdt, dk, wdt, D, eps, inv, rb, dX);
-        auto y = gpu().get<float>(dX, X.size());
-        for (int r = 0; r < rows; ++r)
-          for (int c = 0; c < n; ++c) {
-            const float* h = X.data() + (size_t(r) * n + c) * D;
-            const float* key = kv.data() + size_t(r) * (n + 1) * D + size_t(c) * D;
-            const float* value = kv.data() + size_t(r) * (n + 1) * D + size_t(n) * D;
-            double sums[3][32] = {}, lanes[3][32];
-            for (int w = 0; w < 8; ++w) {
-              for (int L = 0; L < 32; ++L) {
-                double dot = 0.0, hh = 0.0, kk = 0.0;
-                for (int d = w * 32 + L; d < D; d += 256) {
-                  const float wq = qw[size_t(c) * D + d] * kw[size_t(c) * D + d];
-                  const float hw = h[d] * wq;
-                  dot += double(hw * key[d]);
-                  hh += double(h[d]) * double(h[d]);
-                  kk += double(key[d]) * double(key[d]);
+  for (const int T : {256, 1024})
+    for (int D : {5120, 7000})
+      for (int wdt : {0, 1})
+        for (int rb : {0, 1}) {
+          auto X = randn(size_t(rows) * n * D, 121, 0.5f), kv = randn(size_t(rows) * (n + 1) * D, 122);
+          auto qw = randn(size_t(n) * D, 123, 0.2f), kw = randn(size_t(n) * D, 124, 0.2f);
+          std::vector<uint16_t> qw16(qw.size()), kw16(kw.size());
+          if (wdt)
+            for (size_t k = 0; k < qw.size(); ++k) {
+              qw[k] = round_bf16(qw[k]), kw[k] = round_bf16(kw[k]);
+              uint32_t u, v;
+              std::memcpy(&u, &qw[k], 4), std::memcpy(&v, &kw[k], 4);
+              qw16[k] = uint16_t(u >> 16), kw16[k] = uint16_t(v >> 16);
+            }
+          for (float& v : kv) v = round_bf16(v);  // the kv projection's bf16 outputs
+          const float eps = 1e-6f, inv = float(std::pow(double(D), -0.5));
+          DevPtr dX = gpu().put(X), dkv = gpu().put(kv);
+          DevPtr dq = wdt ? gpu().put(qw16) : gpu().put(qw), dk = wdt ? gpu().put(kw16) : gpu().put(kw);
+          gpu().launch("engram", T == 1024 ? "smelt_engram_gate_wide" : "smelt_engram_gate", n, rows, 1, T, 0, dX, dkv,
+                       dq, wdt, dk, wdt, D, eps, inv, rb, dX);
+          auto y = gpu().get<float>(dX, X.size());
+          for (int r = 0; r < rows; ++r)
+            for (int c = 0; c < n; ++c) {
+              const float* h = X.data() + (size_t(r) * n + c) * D;
+              const float* key = kv.data() + size_t(r) * (n + 1) * D + size_t(c) * D;
+              const float* value = kv.data() + size_t(r) * (n + 1) * D + size_t(n) * D;
+              double sums[3][32] = {}, lanes[3][32];
+              for (int w = 0; w < T / 32; ++w) {
+                for (int L = 0; L < 32; ++L) {
+                  double dot = 0.0, hh = 0.0, kk = 0.0;
+                  for (int d = w * 32 + L; d < D; d += T) {
+                    const float wq = qw[size_t(c) * D + d] * kw[size_t(c) * D + d];
+                    const float hw = h[d] * wq;
+                    dot += double(hw * key[d]);
+                    hh += double(h[d]) * double(h[d]);
+                    kk += double(key[d]) * double(key[d]);
+                  }
+                  lanes[0][L] = dot, lanes[1][L] = hh, lanes[2][L] = kk;
                 }
-                lanes[0][L] = dot, lanes[1][L] = hh, lanes[2][L] = kk;
+                for (int j = 0; j < 3; ++j) sums[j][w] = butterfly(lanes[j]);
               }
-              for (int j = 0; j < 3; ++j) sums[j][w] = butterfly(lanes[j]);
-            }
-            const double dot = butterfly(sums[0]), hh = butterfly(sums[1]), kk = butterfly(sums[2]);
-            const float rh = 1.f / std::sqrt(float(hh / double(D)) + eps), rk = 1.f / std::sqrt(float(kk / double(D)) + eps);
-            const float rstd = rh * rk;
-            const float g = (float(dot) * rstd) * inv;
-            const float mag = std::sqrt(std::fabs(g) > 1e-6f ? std::fabs(g) : 1e-6f);
-            const float e0 = std::exp(-std::copysign(mag, g));
-            const float* got = y.data() + (size_t(r) * n + c) * D;
-            bool found = false;
-            for (int k = -3; k <= 3 && !found; ++k) {
-              float e = e0;
-              for (int s = 0; s < std::abs(k); ++s) e = std::nextafter(e, k > 0 ? 2.f * e + 1.f : 0.f);
-              const float gate = 1.f / (1.f + e);
-              bool all = true;
-              for (int d = 0; d < D && all; ++d) {
-                const float gv = gate * value[d];
-                float v = h[d] + gv;
-                if (rb) v = round_bf16(v);
-                uint32_t a, b;
-                std::memcpy(&a, &v, 4), std::memcpy(&b, &got[d], 4);
-                all = a == b;
+              const double dot = butterfly(sums[0]), hh = butterfly(sums[1]), kk = butterfly(sums[2]);
+              const float rh = 1.f / std::sqrt(float(hh / double(D)) + eps), rk = 1.f / std::sqrt(float(kk / double(D)) + eps);
+              const float rstd = rh * rk;
+              const float g = (float(dot) * rstd) * inv;
+              const float mag = std::sqrt(std::fabs(g) > 1e-6f ? std::fabs(g) : 1e-6f);
+              const float e0 = std::exp(-std::copysign(mag, g));
+              const float* got = y.data() + (size_t(r) * n + c) * D;
+              bool found = false;
+              for (int k = -3; k <= 3 && !found; ++k) {
+                float e = e0;
+                for (int s = 0; s < std::abs(k); ++s) e = std::nextafter(e, k > 0 ? 2.f * e + 1.f : 0.f);
+                const float gate = 1.f / (1.f + e);
+                bool all = true;
+                for (int d = 0; d < D && all; ++d) {
+                  const float gv = gate * value[d];
+                  float v = h[d] + gv;
+                  if (rb) v = round_bf16(v);
+                  uint32_t a, b;
+                  std::memcpy(&a, &v, 4), std::memcpy(&b, &got[d], 4);
+                  all = a == b;
+                }
+                found = all;
               }
-              found = all;
+              EXPECT_TRUE(found) << "engram gate threads " << T << " D " << D << " wdt " << wdt << " rb " << rb
+                                 << " row " << r << " stream " << c;
             }
-            EXPECT_TRUE(found) << "engram gate D " << D << " wdt " << wdt << " rb " << rb << " row " << r << " stream "
-                               << c;
-          }
-      }
+        }
 }
 
 // The V4.1 indexer at the decode shape (32 index heads x 128, S = 2065 compressed entries at ratio 2 and position

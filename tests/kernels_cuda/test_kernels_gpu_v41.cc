@@ -489,7 +489,7 @@ TEST(CudaKernelsV41, EngramGatherProjectGate) {
     } else {
       gpu().launch("linear", "smelt_linear_fp8", (N + 7) / 8, 1, 1, 256, 0, e, kv, dwkv, dws, rows, K, N, 32, 1.0f, 0);
     }
-    gpu().launch("engram", "smelt_engram_gate", n, rows, 1, 256, 0, dX, kv, dqw, 0, dkw, 0, D, 1e-20f,
+    gpu().launch("engram", "smelt_engram_gate_wide", n, rows, 1, 1024, 0, dX, kv, dqw, 0, dkw, 0, D, 1e-20f,
                  float(std::pow(double(D), -0.5)), rb, dX);  // in place, as the plan runs it
     auto y = gpu().get<float>(dX, X.size());
     if (rb) mostly_equal(y, ref, 0.95, 0.02, "engram model numerics");

@@ -74,7 +74,7 @@ TEST(KernelsNvrtc, EntryPointsAreUniqueAndNamedByFamily) {
                            "smelt_rms_norm", "smelt_rope", "smelt_hc_mix_logits", "smelt_hc_sinkhorn", "smelt_hc_sinkhorn_warp",
                            "smelt_sparse_attention", "smelt_window_kv_update", "smelt_compressor_emit",
                            "smelt_kv_compressor_emit", "smelt_indexer_topk", "smelt_moe_route", "smelt_moe_combine",
-                           "smelt_fake_quant", "smelt_engram_hash", "smelt_engram_gate", "smelt_dspark_pick",
+                           "smelt_fake_quant", "smelt_engram_hash", "smelt_engram_gate", "smelt_engram_gate_wide", "smelt_dspark_pick",
                            "smelt_embedding", "smelt_add", "smelt_write_u64", "smelt_sample_argmax",
                            "smelt_sample_weights", "smelt_sample_pick"})
     EXPECT_TRUE(seen.count(name)) << name;

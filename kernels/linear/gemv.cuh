@@ -140,6 +140,11 @@ __device__ constexpr int r1_depth() {
   return DR < 2 ? 2 : (DR > 8 ? 8 : DR);
 }
 
+#ifndef SMELT_R1_FULL_STEPS
+// dot_cols_r1: a round of D chunks wholly in range (with their refills) runs without a check between chunks
+#define SMELT_R1_FULL_STEPS 1
+#endif
+
 // Streaming weight load: read once, so not kept in L1 (the activation row is, for every column of the SM), and with
 // SMELT_W_EVICT_FIRST first out of the L2 (common.cuh).
 #if SMELT_W_EVICT_FIRST
@@ -237,45 +242,58 @@ __device__ __forceinline__ void dot_cols_r1(const float* x, const void* w, const
   // dependent-launch wait, before x is read).
   prefetched();
 
+  // Chunk i from ring slot d (d constant once unrolled).
+  auto step = [&](int d, int i) {
+    const float4* xp = reinterpret_cast<const float4*>(x + (lane + 32 * i) * 8);
+    const float4 a = __ldg(xp), b = __ldg(xp + 1);
+#pragma unroll
+    for (int j = 0; j < C; ++j) {
+      float v[8];
+      const u32* r = q[d][j].q;
+      if (FMT == kWF32) {
+#pragma unroll
+        for (int t = 0; t < 8; ++t) v[t] = __uint_as_float(r[t]);
+      } else if (FMT == kWBF16) {
+#pragma unroll
+        for (int t = 0; t < 4; ++t)
+          v[2 * t] = __uint_as_float(r[t] << 16), v[2 * t + 1] = __uint_as_float(r[t] & 0xffff0000u);
+      } else if (FMT == kWF16) {
+#pragma unroll
+        for (int t = 0; t < 4; ++t)
+          v[2 * t] = f16_to_f32(u16(r[t] & 0xffff)), v[2 * t + 1] = f16_to_f32(u16(r[t] >> 16));
+      } else if (FMT == kWFP8) {
+        const float S = __uint_as_float((e[d][0] + 120u) << 23);  // 2^120 * e8m0_decode(code), code <= 134
+        emax = e[d][0] > emax ? e[d][0] : emax;
+        nan[j] |= e4m3x4_nan_flip(r[0]) | e4m3x4_nan_flip(r[1]);
+        e4m3x4_scaled(r[0], S, v);
+        e4m3x4_scaled(r[1], S, v + 4);
+      } else {  // kWFP4, as load_w8
+        const float s = e8m0_decode(u8(e[d][j < SC ? j : 0]));
+#pragma unroll
+        for (int t = 0; t < 8; ++t) v[t] = e2m1_decode(u8((r[0] >> (4 * t)) & 0xF)) * s;
+      }
+      float s = acc[j];
+      s = fmaf(a.x, v[0], s), s = fmaf(a.y, v[1], s), s = fmaf(a.z, v[2], s), s = fmaf(a.w, v[3], s);
+      s = fmaf(b.x, v[4], s), s = fmaf(b.y, v[5], s), s = fmaf(b.z, v[6], s), s = fmaf(b.w, v[7], s);
+      acc[j] = s;
+    }
+  };
   for (int i0 = 0; i0 < cnt; i0 += D) {
+    if (SMELT_R1_FULL_STEPS && i0 + 2 * D <= cnt) {
+      // D chunks and their refills all in range: no check between them, so that the compiler can interleave them.
 #pragma unroll
-    for (int d = 0; d < D; ++d) {
-      const int i = i0 + d;
-      if (i < cnt) {
-        const float4* xp = reinterpret_cast<const float4*>(x + (lane + 32 * i) * 8);
-        const float4 a = __ldg(xp), b = __ldg(xp + 1);
+      for (int d = 0; d < D; ++d) {
+        step(d, i0 + d);
+        fetch(d, i0 + d + D);
+      }
+    } else {
 #pragma unroll
-        for (int j = 0; j < C; ++j) {
-          float v[8];
-          const u32* r = q[d][j].q;
-          if (FMT == kWF32) {
-#pragma unroll
-            for (int t = 0; t < 8; ++t) v[t] = __uint_as_float(r[t]);
-          } else if (FMT == kWBF16) {
-#pragma unroll
-            for (int t = 0; t < 4; ++t)
-              v[2 * t] = __uint_as_float(r[t] << 16), v[2 * t + 1] = __uint_as_float(r[t] & 0xffff0000u);
-          } else if (FMT == kWF16) {
-#pragma unroll
-            for (int t = 0; t < 4; ++t)
-              v[2 * t] = f16_to_f32(u16(r[t] & 0xffff)), v[2 * t + 1] = f16_to_f32(u16(r[t] >> 16));
-          } else if (FMT == kWFP8) {
-            const float S = __uint_as_float((e[d][0] + 120u) << 23);  // 2^120 * e8m0_decode(code), code <= 134
-            emax = e[d][0] > emax ? e[d][0] : emax;
-            nan[j] |= e4m3x4_nan_flip(r[0]) | e4m3x4_nan_flip(r[1]);
-            e4m3x4_scaled(r[0], S, v);
-            e4m3x4_scaled(r[1], S, v + 4);
-          } else {  // kWFP4, as load_w8
-            const float s = e8m0_decode(u8(e[d][j < SC ? j : 0]));
-#pragma unroll
-            for (int t = 0; t < 8; ++t) v[t] = e2m1_decode(u8((r[0] >> (4 * t)) & 0xF)) * s;
-          }
-          float s = acc[j];
-          s = fmaf(a.x, v[0], s), s = fmaf(a.y, v[1], s), s = fmaf(a.z, v[2], s), s = fmaf(a.w, v[3], s);
-          s = fmaf(b.x, v[4], s), s = fmaf(b.y, v[5], s), s = fmaf(b.z, v[6], s), s = fmaf(b.w, v[7], s);
-          acc[j] = s;
+      for (int d = 0; d < D; ++d) {
+        const int i = i0 + d;
+        if (i < cnt) {
+          step(d, i);
+          if (i + D < cnt) fetch(d, i + D);
         }
-        if (i + D < cnt) fetch(d, i + D);
       }
     }
   }

@@ -134,9 +134,14 @@ struct W8Raw {
 // Chunks in flight per column for dot_cols_r1 with C columns a warp: a ring of ~16 registers of raw weights per lane
 // (an FP4 chunk's scale byte counted as one), 2 .. 8 chunks: FP8 8 / 4 / 2 for C = 1 / 2 / 4 (more spills under the
 // r1 kernels' register bounds).
+#ifndef SMELT_R1_RING_REGS
+// 32 (with smelt_linear_fp8_r1 at two blocks an SM, SMELT_R1_FP8_MIN_BLOCKS=2, so that it does not spill) measured
+// slower: 1.172 -> 1.192 ms (sm_90 path), 1.288 -> 1.344 (sm_80 path), H200 session 16
+#define SMELT_R1_RING_REGS 16
+#endif
 template <int FMT, int C>
 __device__ constexpr int r1_depth() {
-  constexpr int R = FMT == kWFP4 ? 2 : W8Raw<FMT>::R, DR = 16 / (C * R);
+  constexpr int R = FMT == kWFP4 ? 2 : W8Raw<FMT>::R, DR = SMELT_R1_RING_REGS / (C * R);
   return DR < 2 ? 2 : (DR > 8 ? 8 : DR);
 }
 

@@ -169,7 +169,10 @@ smelt_linear_f16_r1(const float* x, float* y, const void* w, const u8* ws, int, 
   SMELT_KERNEL_PROLOGUE_WEIGHTS_FIRST();  // r1_columns waits before it reads x
   linear_r1_body<kWF16>(x, y, w, ws, K, N, blk, scale_after, round);
 }
-extern "C" __global__ void __launch_bounds__(256, 3)
+#ifndef SMELT_R1_FP8_MIN_BLOCKS
+#define SMELT_R1_FP8_MIN_BLOCKS 3  // blocks an SM (register budget 80); see gemv.cuh SMELT_R1_RING_REGS
+#endif
+extern "C" __global__ void __launch_bounds__(256, SMELT_R1_FP8_MIN_BLOCKS)
 smelt_linear_fp8_r1(const float* x, float* y, const void* w, const u8* ws, int, int K, int N, int blk,
                      float scale_after, int round) {
   SMELT_KERNEL_PROLOGUE_WEIGHTS_FIRST();  // r1_columns waits before it reads x

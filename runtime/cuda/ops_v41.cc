@@ -2,7 +2,6 @@
 // runtime/cpu/ops_v41.cc. The V4.1 forms of linear / moe_experts / swiglu_mlp live in ops.cc.
 #include <algorithm>
 #include <cmath>
-#include <utility>
 
 #include "kernels/engram/hash.h"
 #include "runtime/cuda/ops_common.h"
@@ -11,13 +10,16 @@ namespace smelt::runtime::cuda::detail {
 
 namespace {
 
-// The Engram gate kernel: smelt_engram_gate_wide (1024 threads a (row, stream), 5 steps a thread: 13 -> ~7 us at the
-// V4.1-Flash shape, the step 1.199 -> 1.192 ms, H200) unless $SMELT_CUDA_GATE_THREADS=256 (smelt_engram_gate, 20
-// steps a thread: its 212 registers allow no more threads). Each sums in its own order (the GPU test checks both).
-std::pair<const char*, unsigned> gate_kernel() {
+// The Engram gate of the op's rows (in[0], its n streams of D channels, to out[0]) on the keys and value kv:
+// smelt_engram_gate_wide (1024 threads a (row, stream), 5 steps a thread: 13 -> ~7 us at the V4.1-Flash shape, the step
+// 1.199 -> 1.192 ms, H200) unless $SMELT_CUDA_GATE_THREADS=256 (smelt_engram_gate, 20 steps a thread: its 212
+// registers allow no more threads). Each sums in its own order (the GPU test checks both).
+void engram_gate(Ctx& c, DevPtr kv, const DeviceWeight* qw, const DeviceWeight* kw, int n, int D, int rb) {
   static const bool narrow = env_is("SMELT_CUDA_GATE_THREADS", "256");
-  return narrow ? std::pair<const char*, unsigned>{"smelt_engram_gate", 256u}
-                : std::pair<const char*, unsigned>{"smelt_engram_gate_wide", 1024u};
+  const OpLaunch& l = c.l;
+  c.go(narrow ? "smelt_engram_gate" : "smelt_engram_gate_wide", unsigned(n), unsigned(l.rows), 1, narrow ? 256u : 1024u,
+       0, l.in[0], kv, ptr(qw), float_dt(c, qw, "q_weight"), ptr(kw), float_dt(c, kw, "k_weight"), D,
+       float(c.op().f("eps")), float(std::pow(double(D), -0.5)), rb, l.out[0]);
 }
 
 struct HashLayout {  // kernels/engram/engram.cu HashLayout
@@ -170,8 +172,7 @@ bool run_v41(Ctx& c) {
       // Model numerics: act-quant FP8 GEMM rounded to bf16; numerics = "fp32": fp32 on the dequantized weight.
       const int rb = model_rounding(op);
       linear(c, e, kv, wkv, wscale, rows, K, N, rb != 0, 1.f, rb, "wkv");
-      c.go(gate_kernel().first, unsigned(n), R, 1, gate_kernel().second, 0, l.in[0], kv, ptr(qw), float_dt(c, qw, "q_weight"), ptr(kw),
-           float_dt(c, kw, "k_weight"), D, float(op.f("eps")), float(std::pow(double(D), -0.5)), rb, l.out[0]);
+      engram_gate(c, kv, qw, kw, n, D, rb);
       return true;
     }
     case OpKind::EngramLookup: {  // a TP rank's rows of the table, zeros for the others (all_reduce joins them)
@@ -194,8 +195,7 @@ bool run_v41(Ctx& c) {
         kv = c.scratch(uint64_t(rows) * N * 4);
         linear(c, l.in[1], kv, wkv, wscale, rows, K, N, rb != 0, 1.f, rb, "wkv");
       }
-      c.go(gate_kernel().first, unsigned(n), R, 1, gate_kernel().second, 0, l.in[0], kv, ptr(qw), float_dt(c, qw, "q_weight"), ptr(kw),
-           float_dt(c, kw, "k_weight"), D, float(op.f("eps")), float(std::pow(double(D), -0.5)), rb, l.out[0]);
+      engram_gate(c, kv, qw, kw, n, D, rb);
       return true;
     }
     case OpKind::HcMean: {

@@ -106,42 +106,6 @@ __device__ __forceinline__ u32 smem_addr(const void* p) {
   asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
   return a;
 }
-
-// Thread-block clusters (sm_90+; 1-D along x): this block's rank in its cluster, the cluster's blocks, the cluster's
-// index in the grid and the grid's clusters. A launch without a cluster attribute has clusters of one block (and
-// below sm_90 there are none): rank 0, size 1, the block's index.
-struct ClusterPos {
-  int rank, size, id, count;
-};
-__device__ __forceinline__ ClusterPos cluster_pos() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  u32 r, n, id, cnt;
-  asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
-  asm("mov.u32 %0, %%clusterid.x;" : "=r"(id));
-  asm("mov.u32 %0, %%nclusterid.x;" : "=r"(cnt));
-  return {int(r), int(n), int(id), int(cnt)};
-#else
-  return {0, 1, int(blockIdx.x), int(gridDim.x)};
-#endif
-}
-// Every thread of every block of the cluster: the shared-memory writes before it are visible to the cluster's
-// blocks after it (release / acquire).
-__device__ __forceinline__ void cluster_sync() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-#endif
-}
-// The float at this block's shared-memory address p, in cluster block `rank`'s shared memory (sm_90+).
-__device__ __forceinline__ float ld_cluster_f32(const float* p, int rank) {
-  float v = 0.f;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  u32 a;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(a) : "r"(smem_addr(p)), "r"(rank));
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(a) : "memory");
-#endif
-  return v;
-}
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes)
                : "memory");

@@ -242,19 +242,16 @@ __device__ __forceinline__ void mma_load_block32(const float* p, bool vec, float
 // FP4 weights' nibbles pair, (x0,x4) (x1,x5) (x2,x6) (x3,x7) (f16x8_repair's, once here instead of every block of
 // every tile). kStageE4m3Split: the codes as bytes, block b at xq[r * stride + 64 b] in two columns by magnitude
 // (wgmma_desc_col01_lo). Call with all threads; synchronises.
-// Only the blocks [b_lo, b_hi) of each row when given (a block of a cluster that splits K stages its part).
 template <int Mode>
-__device__ __forceinline__ void mma_stage_quant(const float* x, int rows, int K, u8* xq, int stride, float* xsc,
-                                                int b_lo = 0, int b_hi = -1) {
+__device__ __forceinline__ void mma_stage_quant(const float* x, int rows, int K, u8* xq, int stride, float* xsc) {
   // A thread per 32-block (not a warp with shuffles): the staging sits before every block's first MMA, and the
   // serial warp version cost ~70 dependent instructions per block (Nsight Compute). The maximum of |x| is the same
   // whatever the order (fmaxf drops NaN until all are NaN), so the scales and codes are unchanged.
-  const int nb = K / 32, nbs = (b_hi < 0 ? nb : b_hi) - b_lo, units = rows * nbs;
+  const int nb = K / 32, units = rows * nb;
   const bool vec = (reinterpret_cast<u64>(x) & 15) == 0;
-  for (int u = threadIdx.x; u < units; u += blockDim.x) {  // unit u = row u / nbs, block b_lo + u % nbs
-    const int r = u / nbs, b = b_lo + (u - r * nbs);
+  for (int u = threadIdx.x; u < units; u += blockDim.x) {  // unit u = row u / nb, block u % nb (rows contiguous)
     float v[32];
-    mma_load_block32(x + (i64(r) * nb + b) * 32, vec, v);
+    mma_load_block32(x + i64(u) * 32, vec, v);
     float amax = fabsf(v[0]);
 #pragma unroll
     for (int i = 1; i < 32; ++i) amax = fmaxf(amax, fabsf(v[i]));
@@ -275,6 +272,7 @@ __device__ __forceinline__ void mma_stage_quant(const float* x, int rows, int K,
                     (u32(e4m3_cvt(v[4 * i + 3])) << 24);
       w[i] = e4m3x4_nan_to_zero(c);
     }
+    const int r = u / nb, b = u - r * nb;
     xsc[b * 8 + r] = a.s;
     if constexpr (Mode == kStageE4m3Split) mma_stage_e4m3_split(w, xq + r * stride + b * 64);
     else mma_stage_f16<Mode == kStageF16Paired>(w, xq + r * stride + b * 64);
@@ -775,24 +773,6 @@ __device__ __forceinline__ void mma_combine(float* part, float* v, int S, int WR
 #pragma unroll
       for (int i = 0; i < NV; ++i) v[i] = __fadd_rn(v[i], part[((warp + s * WR) * 4 + i) * 32 + lane]);
   __syncthreads();
-}
-
-// Cluster K-split combine (sm_90+, after mma_combine): the blocks of a cluster walk the same tiles over consecutive
-// parts of K; the owner warps (segment 0 of a tile) of ranks 1.. store their n partials (n <= 4) in their part, and
-// rank 0's add them in rank order (deterministic). Call with all threads of every block of the cluster (cl.size >
-// 1 only); synchronises the cluster twice (the second: a rank's part is not reused while rank 0 still reads it).
-template <int NV>
-__device__ __forceinline__ void mma_cluster_combine(float* part, float* v, const ClusterPos& cl, bool owner) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (owner && cl.rank != 0)
-#pragma unroll
-    for (int i = 0; i < NV; ++i) part[(warp * 4 + i) * 32 + lane] = v[i];
-  cluster_sync();
-  if (owner && cl.rank == 0)
-    for (int r = 1; r < cl.size; ++r)
-#pragma unroll
-      for (int i = 0; i < NV; ++i) v[i] = __fadd_rn(v[i], ld_cluster_f32(part + (warp * 4 + i) * 32 + lane, r));
-  cluster_sync();
 }
 
 }  // namespace smelt_dev

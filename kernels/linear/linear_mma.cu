@@ -4,10 +4,7 @@
 //
 // Launch (runtime/cuda/ops_mma.cc): block kMmaWarps * 32, dynamic shared memory mma_smem_bytes(K, rows), grid
 // <= ceil(ceil(N / (16 TPW)) / (kMmaWarps / S)) persistent blocks. S (1, 2, 4 or 8) splits K over the warps of a
-// block: a block walks groups of kMmaWarps / S tiles of 16 TPW output columns, S warps per tile. On sm_90+ the grid
-// may come in clusters of C blocks (runtime/cuda/mma_split.h mma_csplit): a cluster walks the groups a block would,
-// its blocks splitting K again (C x S segments; each block stages only its part of x), and rank 0 adds the other
-// ranks' partials from their shared memory (mma_cluster_combine): the small-N GEMVs use more multiprocessors.
+// block: a block walks groups of kMmaWarps / S tiles of 16 TPW output columns, S warps per tile.
 #include "kernels/linear/gemv_mma.cuh"
 
 using namespace smelt_dev;
@@ -31,9 +28,8 @@ __device__ void gemv_mma_body(const float* x, float* y, const u8* w, const u8* w
   // step 16), so the activation fragment, scale loads, addressing and loop run once for all of them.
   constexpr int TPW = SMELT_MMA_TPW;
   const int tiles = (N + 16 * TPW - 1) / (16 * TPW), groups = (tiles + tpg - 1) / tpg;
-  const ClusterPos cl = cluster_pos();  // rank 0 of 1 without a cluster launch
   int b0, b1;
-  mma_seg_range(nb, cl.rank * S + seg, cl.size * S, b0, b1);
+  mma_seg_range(nb, seg, S, b0, b1);
   // The first group's first weight batch is loaded before the dependent-launch wait and the act-quant staging.
   MmaSegment<FP4, TPW> ms;
   u8* ring = mma_warp_ring(mma_sm, K, rows);
@@ -42,22 +38,20 @@ __device__ void gemv_mma_body(const float* x, float* y, const u8* w, const u8* w
   const u8* wsm[TPW];
 #pragma unroll
   for (int m = 0; m < TPW; ++m) wm[m] = w, wsm[m] = ws;
-  const int first = cl.id * tpg + warp / S;
-  if (cl.id < groups && first < tiles) {
+  const int first = int(blockIdx.x) * tpg + warp / S;
+  if (int(blockIdx.x) < groups && first < tiles) {
     ms.init(wm, wsm, i64(first) * 16 * TPW, N, K, blk, ring, scl, 16);
     ms.prefetch(b0, b1);
   }
   grid_dep_wait();
-  int s0, s1;  // this block's part of K (the union of its warps' segments)
-  mma_seg_range(nb, cl.rank, cl.size, s0, s1);
-  mma_stage_quant<FP4 ? kStageF16Paired : kStageF16>(x, rows, K, xq, stride, xsc, s0, s1);
+  mma_stage_quant<FP4 ? kStageF16Paired : kStageF16>(x, rows, K, xq, stride, xsc);
   const u8* xrow = g < rows ? xq + g * stride : nullptr;
   const float* xsl = xsc + 2 * tig;
-  for (int grp = cl.id; grp < groups; grp += cl.count) {  // the same groups in every block of a cluster
+  for (int grp = blockIdx.x; grp < groups; grp += gridDim.x) {
     const int tile = grp * tpg + warp / S;
     float acc[TPW][2 * NC] = {};
     if (tile < tiles) {
-      if (grp != cl.id) {
+      if (grp != int(blockIdx.x)) {
         ms.init(wm, wsm, i64(tile) * 16 * TPW, N, K, blk, ring, scl, 16);
         ms.prefetch(b0, b1);
       }
@@ -72,16 +66,7 @@ __device__ void gemv_mma_body(const float* x, float* y, const u8* w, const u8* w
         mma_combine<NV - 4>(part, &acc[0][0] + 4, S);
       }
     }
-    if (cl.size > 1) {
-      constexpr int NV = TPW * 2 * NC;
-      if constexpr (NV <= 4) {
-        mma_cluster_combine<NV>(part, &acc[0][0], cl, seg == 0);
-      } else {
-        mma_cluster_combine<4>(part, &acc[0][0], cl, seg == 0);
-        mma_cluster_combine<NV - 4>(part, &acc[0][0] + 4, cl, seg == 0);
-      }
-    }
-    if (seg != 0 || cl.rank != 0 || tile >= tiles) continue;
+    if (seg != 0 || tile >= tiles) continue;
 #pragma unroll
     for (int m = 0; m < TPW; ++m)
 #pragma unroll

@@ -5,8 +5,7 @@
 // used: each slot has its own expert. This file follows moe.cu in the family's module (ExpertW, eptr, expert_of).
 //
 // Launch (runtime/cuda/ops_mma.cc): block kMmaWarps * 32, persistent grid over groups of kMmaWarps / S tiles (a
-// tile = one slot's 16 output columns; S warps split K per tile), on sm_90+ possibly in clusters of C blocks that
-// split K again (as linear_mma.cu). Dynamic shared memory mma_smem_bytes(D, 1) for
+// tile = one slot's 16 output columns; S warps split K per tile). Dynamic shared memory mma_smem_bytes(D, 1) for
 // up, mma_smem_bytes(F, topk) for down (topk <= 8).
 // smelt_moe_*_fp4_wgmma (sm_90a): the same with 64-row tiles (x SMELT_MMA_DOWN_TPW for down), each walked by the 4
 // warps of a warpgroup, the block sums by wgmma (MmaSegment::run_wg); groups of 2 / S tiles, S <= 2.
@@ -35,22 +34,12 @@ __device__ __forceinline__ const u8* lane_xrow(const u8* xq, int stride, int lt,
   return nullptr;
 }
 
-// Act quant on mma.sync: only the K blocks [b_lo, b_hi) of each row (a block of a cluster stages its part of K).
 template <bool FP4, int P>
-__device__ __forceinline__ void stage_rows(const float* x, int rows, int K, u8* xq, int stride, float* xsc,
-                                           int b_lo = 0, int b_hi = -1) {
+__device__ __forceinline__ void stage_rows(const float* x, int rows, int K, u8* xq, int stride, float* xsc) {
   if constexpr (P == kPathWo) mma_stage_wo<FP4>(x, rows, K, xq, stride, xsc);
   else if constexpr (P == kPathWg) mma_stage_quant<kStageE4m3Split>(x, rows, K, xq, stride, xsc);
-  else if constexpr (FP4) mma_stage_quant<kStageF16Paired>(x, rows, K, xq, stride, xsc, b_lo, b_hi);
-  else mma_stage_quant<kStageF16>(x, rows, K, xq, stride, xsc, b_lo, b_hi);
-}
-
-// The act-quant mma.sync kernels may run in thread-block clusters (sm_90+, runtime/cuda/ops_mma.cc): C blocks walk
-// the groups one block would, splitting K again (as linear_mma.cu); the other paths are launched without clusters.
-template <int P>
-__device__ __forceinline__ ClusterPos path_cluster() {
-  if constexpr (P == kPathAq) return cluster_pos();
-  else return ClusterPos{0, 1, int(blockIdx.x), int(gridDim.x)};
+  else if constexpr (FP4) mma_stage_quant<kStageF16Paired>(x, rows, K, xq, stride, xsc);
+  else mma_stage_quant<kStageF16>(x, rows, K, xq, stride, xsc);
 }
 
 // The bodies' arch guard: act quant on sm_89+ (E4M3 conversions), wgmma on sm_90a, weight-only on sm_80+.
@@ -81,9 +70,8 @@ __device__ void up_mma_body(const float* x, int D, int F, int topk, const i32* i
   const int unit = warp / WR, q = warp % WR;
   const int tpg = kMmaWarps / WR / S, seg = unit % S;
   const int tps = (F + TR - 1) / TR, tiles = topk * tps, groups = (tiles + tpg - 1) / tpg;
-  const ClusterPos cl = path_cluster<P>();
   int b0, b1;
-  mma_seg_range(nb, cl.rank * S + seg, cl.size * S, b0, b1);
+  mma_seg_range(nb, seg, S, b0, b1);
   // Each group: its tile's expert, then its first weight blocks in flight before anything else (for the first
   // group, before the act-quant staging, which every thread of the block runs once).
   MmaSegment<FP4, 2, WO ? false : bool(SMELT_W_TILED)> ms;
@@ -93,7 +81,7 @@ __device__ void up_mma_body(const float* x, int D, int F, int topk, const i32* i
   // before the dependent-launch wait, as the linear GEMVs.
   if (idx) grid_dep_wait();
   grid_dep_launch();
-  for (int grp = cl.id; grp < groups; grp += cl.count) {
+  for (int grp = blockIdx.x; grp < groups; grp += gridDim.x) {
     const int tile = grp * tpg + unit / S;
     const int t = tile / tps, ft = (tile - t * tps) * TR, f0 = ft + 16 * q;
     const int e = tile < tiles ? expert_of(idx, t, n_experts) : -1;
@@ -106,11 +94,9 @@ __device__ void up_mma_body(const float* x, int D, int F, int topk, const i32* i
               mma_warp_scales(mma_sm, D, RS));
       ms.prefetch(b0, b1);
     }
-    if (grp == cl.id) {
+    if (grp == int(blockIdx.x)) {
       if (!idx) grid_dep_wait();
-      int s0, s1;  // this block's part of K
-      mma_seg_range(nb, cl.rank, cl.size, s0, s1);
-      stage_rows<FP4, P>(x, 1, D, xq, stride, xsc, s0, s1);
+      stage_rows<FP4, P>(x, 1, D, xq, stride, xsc);
     }
     float acc[2][2] = {{0.f, 0.f}, {0.f, 0.f}};  // [g, u][rows g, g + 8]
     if (e >= 0) {
@@ -122,8 +108,7 @@ __device__ void up_mma_body(const float* x, int D, int F, int topk, const i32* i
       else ms.template run_checked<1>(b0, b1, xrow, xsc, acc);
     }
     if (S > 1) mma_combine<4>(part, &acc[0][0], S, WR);
-    if (cl.size > 1) mma_cluster_combine<4>(part, &acc[0][0], cl, seg == 0);
-    if (seg != 0 || cl.rank != 0 || tile >= tiles || tig != 0) continue;
+    if (seg != 0 || tile >= tiles || tig != 0) continue;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int f = f0 + g + 8 * i;
@@ -162,15 +147,14 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
   u8* xq = mma_sm;
   float* xsc = reinterpret_cast<float*>(mma_sm + RS * stride);
   float* part = xsc + nb * 8;
-  const ClusterPos cl = path_cluster<P>();
   int b0, b1;
-  mma_seg_range(nb, cl.rank * S + seg, cl.size * S, b0, b1);
+  mma_seg_range(nb, seg, S, b0, b1);
   MmaSegment<FP4, TPW, WO ? false : bool(SMELT_W_TILED)> ms;  // as in up_mma_body: the first weight blocks first
   int staged_lo = -1, staged_hi = -1;  // weight-only: the slots staged
   // Routed slots too: the up lets this grid be scheduled only after its own wait for the routing, so the expert
   // indices are final before this grid's wait (read from L2), and the first group's weights stream in while the up
   // finishes.
-  for (int grp = cl.id; grp < groups; grp += cl.count) {
+  for (int grp = blockIdx.x; grp < groups; grp += gridDim.x) {
     const int tile = grp * tpg + unit / S;
     const int t = tile / tps, dt = (tile - t * tps) * TR, d0 = dt + 16 * q;
     const int e = tile < tiles ? expert_of(idx, t, n_experts, true) : -1;
@@ -189,15 +173,12 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
     // Weight-only: the group's slots t_lo .. t_hi at local rows t - t_lo (restaged when a later group spans other
     // slots; every thread of the block walks the same groups, so the syncs are uniform).
     const int g_lo = (grp * tpg) / tps, g_hi = min(grp * tpg + tpg - 1, tiles - 1) / tps;
-    if (grp == cl.id) {
+    if (grp == int(blockIdx.x)) {
       grid_dep_wait();
-      const bool own = WO || cl.count >= groups;
+      const bool own = WO || int(gridDim.x) >= groups;
       const int t_lo = own ? g_lo : 0, t_hi = own ? g_hi : topk - 1;
       const int r0 = WO ? 0 : t_lo;  // staged row of t_lo
-      int s0, s1;  // this block's part of K
-      mma_seg_range(nb, cl.rank, cl.size, s0, s1);
-      stage_rows<FP4, P>(h + i64(t_lo) * F, t_hi - t_lo + 1, F, xq + slot_rows<P>() * r0 * stride, stride, xsc + r0,
-                         s0, s1);
+      stage_rows<FP4, P>(h + i64(t_lo) * F, t_hi - t_lo + 1, F, xq + slot_rows<P>() * r0 * stride, stride, xsc + r0);
       staged_lo = t_lo, staged_hi = t_hi;
     } else if (WO && (g_lo != staged_lo || g_hi != staged_hi)) {  // a later group may also end in the next slot
       __syncthreads();  // every warp is done with the staged slots
@@ -215,8 +196,7 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
       else ms.template run_checked<1>(b0, b1, lane_xrow<P>(xq, stride, lt, g), xsc + lt, acc);
     }
     if (S > 1) mma_combine<2 * TPW>(part, &acc[0][0], S, WR);
-    if (cl.size > 1) mma_cluster_combine<2 * TPW>(part, &acc[0][0], cl, seg == 0);
-    if (seg != 0 || cl.rank != 0 || tile >= tiles || tig != 0) continue;
+    if (seg != 0 || tile >= tiles || tig != 0) continue;
 #pragma unroll
     for (int m = 0; m < TPW; ++m)
 #pragma unroll

@@ -358,13 +358,11 @@ CUfunction CudaBackend::function(const char* name) {
 }
 
 void CudaBackend::launch(const OpLaunch& l, const char* name, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                         unsigned shared, void** args, bool programmatic_ok, unsigned cluster_x) {
+                         unsigned shared, void** args, bool programmatic_ok) {
   auto where = [&] { return l.op ? ": " + l.op->where() : std::string(); };
-  if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || bx > 1024 || cluster_x == 0 || gx % cluster_x ||
-      (cluster_x > 1 && (arch_num(arch_) < 90 || !d_.cuLaunchKernelEx)))
+  if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || bx > 1024)
     throw Error(plan_.path() + where() + ": kernel " + name + " launched with grid " + std::to_string(gx) + "x" +
-                std::to_string(gy) + "x" + std::to_string(gz) + ", block " + std::to_string(bx) + ", cluster " +
-                std::to_string(cluster_x));
+                std::to_string(gy) + "x" + std::to_string(gz) + ", block " + std::to_string(bx));
   CUfunction f = function(name);
   if (!skipped_kernels().empty() && skipped_kernels().count(name)) return;
   if (shared > 48 * 1024) {
@@ -383,20 +381,11 @@ void CudaBackend::launch(const OpLaunch& l, const char* name, unsigned gx, unsig
   CUresult r;
   const bool programmatic =
       pdl_ && programmatic_ok && (pdl_off_kernels().empty() || !pdl_off_kernels().count(name));
-  if (programmatic || cluster_x > 1) {
-    // programmatic dependent launch (every kernel starts with SMELT_KERNEL_PROLOGUE, kernels/cuda/common.cuh) and / or
-    // thread-block clusters
-    LaunchAttribute attrs[2] = {};
-    unsigned n = 0;
-    if (programmatic) {
-      attrs[n].id = kLaunchAttrProgrammaticStreamSerialization;
-      attrs[n++].value.programmatic_stream_serialization_allowed = 1;
-    }
-    if (cluster_x > 1) {
-      attrs[n].id = kLaunchAttrClusterDimension;
-      attrs[n++].value.cluster_dim = {cluster_x, 1, 1};
-    }
-    const LaunchConfig cfg{gx, gy, gz, bx, 1, 1, shared, static_cast<CUstream>(l.stream), attrs, n};
+  if (programmatic) {  // programmatic dependent launch: every kernel starts with SMELT_KERNEL_PROLOGUE (kernels/cuda/common.cuh)
+    LaunchAttribute attr{};
+    attr.id = kLaunchAttrProgrammaticStreamSerialization;
+    attr.value.programmatic_stream_serialization_allowed = 1;
+    const LaunchConfig cfg{gx, gy, gz, bx, 1, 1, shared, static_cast<CUstream>(l.stream), &attr, 1};
     r = d_.cuLaunchKernelEx(&cfg, f, args, nullptr);
   } else {
     r = d_.cuLaunchKernel(f, gx, gy, gz, bx, 1, 1, shared, static_cast<CUstream>(l.stream), args, nullptr);

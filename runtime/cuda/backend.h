@@ -127,8 +127,7 @@ class CudaBackend final : public Launcher {
   CUstream stream() const { return stream_; }
 
   void launch(const OpLaunch& l, const char* name, unsigned grid_x, unsigned grid_y, unsigned grid_z,
-              unsigned block_x, unsigned shared_bytes, void** args, bool programmatic,
-              unsigned cluster_x = 1) override;
+              unsigned block_x, unsigned shared_bytes, void** args, bool programmatic) override;
   // The backend's own kernels (kernels/backend): same lookup, no op.
   void launch_own(const char* name, unsigned grid_x, unsigned block_x, void** args);
 

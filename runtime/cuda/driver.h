@@ -47,16 +47,13 @@ static_assert(sizeof(Memcpy2D) == 128, "CUDA_MEMCPY2D has 128 bytes");
 constexpr int kMemoryTypeDevice = 2;
 
 // cuda.h's CUlaunchAttribute / CUlaunchConfig (cuLaunchKernelEx), for programmatic dependent launch.
-constexpr int kLaunchAttrClusterDimension = 4, kLaunchAttrProgrammaticStreamSerialization = 6;
+constexpr int kLaunchAttrProgrammaticStreamSerialization = 6;
 struct LaunchAttribute {
   int id;
   char pad[4];
   union {
     char bytes[64];
     int programmatic_stream_serialization_allowed;
-    struct {
-      unsigned x, y, z;
-    } cluster_dim;
   } value;
 };
 static_assert(sizeof(LaunchAttribute) == 72, "CUlaunchAttribute has 72 bytes");

@@ -64,10 +64,8 @@ class Launcher {
   // `name` is the extern "C" entry point, e.g. "smelt_rms_norm_f32"; throws smelt::Error if no module of
   // the plan for this device's arch has it. `programmatic`: with programmatic dependent launch where the backend uses
   // it (the kernel may be scheduled while the previous one finishes); false: only once the previous one has finished.
-  // `cluster_x` > 1: thread-block clusters of that many blocks along x (sm_90+; grid_x a multiple of it).
   virtual void launch(const OpLaunch& l, const char* name, unsigned grid_x, unsigned grid_y, unsigned grid_z,
-                      unsigned block_x, unsigned shared_bytes, void** args, bool programmatic,
-                      unsigned cluster_x = 1) = 0;
+                      unsigned block_x, unsigned shared_bytes, void** args, bool programmatic) = 0;
 };
 
 // Asked once per op when the plan is loaded: how much scratch the op needs at `max_rows` rows.

@@ -36,27 +36,6 @@ inline int mma_ksplit(int64_t tiles, int nb, unsigned blocks) {
   return S;
 }
 
-// The linear GEMV on sm_90+ (kernels/linear/linear_mma.cu) may also split K over the blocks of a thread-block cluster:
-// C blocks walk a group's tiles over consecutive parts of K (C x S warp segments a tile). The split (S, C) with the
-// most segments a tile whose clusters all run in one round of the grid (groups x C <= blocks), C <= 8 (the portable
-// cluster size), keeping >= 4 blocks of 32 per segment; ties to the larger in-block S (its combine is cheaper). Where
-// no cluster pays, the one-round rule's S with C = 1. The small-N GEMVs gain most: wq_a (N 1280, 80 tiles) took 80
-// blocks at S = 8 and takes 240 at C = 3; wo_b (N 5120, K 8192) 160 blocks at S = 4, now 240 at S = 2, C = 3.
-struct MmaSplit {
-  int S, C;
-};
-inline MmaSplit mma_cluster_split(int64_t tiles, int nb, unsigned blocks) {
-  MmaSplit best{mma_ksplit(tiles, nb, blocks), 1};
-  for (int S = 1; S <= 8; S *= 2) {
-    const int64_t g = mma_groups(tiles, S);
-    if (g > int64_t(blocks) || nb / S < 4) continue;
-    int C = 1;
-    while (C < 8 && g * (C + 1) <= int64_t(blocks) && nb / (S * (C + 1)) >= 4) ++C;
-    if (S * C > best.S * best.C || (S * C == best.S * best.C && S > best.S)) best = {S, C};
-  }
-  return best;
-}
-
 // The FP4 experts on wgmma (kernels/moe/moe_mma.cu *_fp4_wgmma, sm_90): a tile is 64 x tpw rows walked by a
 // warpgroup, two warpgroups a block, so a tile counts as 4 of the 16-row warp tiles above and K splits at most in 2.
 inline int64_t mma_wg_tiles(int64_t slots, int64_t rows, int tpw) { return slots * ((rows + 64 * tpw - 1) / (64 * tpw)); }

@@ -20,7 +20,6 @@ struct Ctx {
   uint64_t used = 0;           // scratch bytes carved so far
   bool round_done = false;     // the op applied its `round` attribute itself
   bool after_previous = false; // the next go() without programmatic dependent launch (Launcher::launch)
-  unsigned cluster = 1;        // the next go() in thread-block clusters of this many blocks (sm_90+)
   Prepare* prep = nullptr;     // prepare: where the weights' readers are recorded
 
   // Prepare: quantized weight w is read by act-quant kernels (tile order on sm_89+) or by weight-only ones.
@@ -41,12 +40,10 @@ struct Ctx {
   template <class... Ts>
   void go(const char* name, unsigned gx, unsigned gy, unsigned gz, unsigned block, unsigned shmem, const Ts&... args) {
     const bool programmatic = !after_previous;
-    const unsigned cl = cluster;
     after_previous = false;
-    cluster = 1;
     if (dry || gx == 0 || gy == 0 || gz == 0) return;
     void* a[] = {const_cast<void*>(static_cast<const void*>(&args))..., nullptr};
-    l.backend->launch(l, name, gx, gy, gz, block, shmem, a, programmatic, cl);
+    l.backend->launch(l, name, gx, gy, gz, block, shmem, a, programmatic);
   }
 };
 

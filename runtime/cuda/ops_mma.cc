@@ -22,13 +22,6 @@ unsigned mma_smem(int K, int rows_staged) { return mma_smem_bytes(K, rows_staged
 // sm_89 / sm_120 99 KB a block (their opt-in limit; K = 8192 at one row takes 96.1 KB).
 unsigned mma_smem_max(const OpLaunch& l) { return l.arch == 90 ? 110u * 1024 : 99u * 1024; }
 
-// Thread-block clusters that split K again (mma_split.h mma_cluster_split; sm_90+): $SMELT_CUDA_CLUSTER=0 turns them
-// off, =linear keeps them to the linears (A/B timing).
-bool clusters_for(const OpLaunch& l, bool linear) {
-  static const bool off = env_off("SMELT_CUDA_CLUSTER"), linear_only = env_is("SMELT_CUDA_CLUSTER", "linear");
-  return l.arch >= 90 && !off && (linear || !linear_only);
-}
-
 // mma_split.h's rule; $SMELT_CUDA_KSPLIT=KxN:S,... (tuning) sets the split of those linear shapes.
 int ksplit(int64_t tiles, int nb, unsigned blocks, int64_t N = 0) {
   static const std::map<std::pair<int64_t, int64_t>, int> forced = [] {
@@ -54,9 +47,9 @@ const std::array<int, 3>& expert_split() {
 }
 unsigned blocks_or(unsigned rule) { return expert_split()[2] > 0 ? unsigned(expert_split()[2]) : rule; }
 
-// Persistent grid: the groups (or as many clusters of C blocks as fit `blocks`), C blocks each.
-unsigned grid(int64_t tiles, int S, unsigned blocks, int C = 1) {
-  return unsigned(std::min<int64_t>(mma_groups(tiles, S), blocks / C) * C);
+unsigned grid(int64_t tiles, int S, unsigned blocks) {
+  const int64_t groups = (tiles + kMmaWarps / S - 1) / (kMmaWarps / S);
+  return unsigned(std::min<int64_t>(groups, blocks));
 }
 
 }  // namespace
@@ -68,17 +61,9 @@ bool try_linear_mma(Ctx& c, DevPtr x, DevPtr y, const LinearW& f, DevPtr w, DevP
   if (smem > mma_smem_max(c.l)) return false;
   const unsigned blocks = gemv_blocks(c.l);
   const int64_t tiles = (int64_t(N) + 15) / 16;
-  int S = ksplit(tiles, K / 32, blocks, N);
-  // Clusters that split K again (sm_90+, mma_split.h), unless $SMELT_CUDA_CLUSTER=0 (A/B timing; a split that
-  // $SMELT_CUDA_KSPLIT forces to other than the rule's keeps C = 1 too).
-  int C = 1;
-  if (clusters_for(c.l, true) && S == mma_ksplit(tiles, K / 32, blocks)) {
-    const MmaSplit sp = mma_cluster_split(tiles, K / 32, blocks);
-    S = sp.S, C = sp.C;
-  }
+  const int S = ksplit(tiles, K / 32, blocks, N);
   const std::string name = std::string("smelt_gemv_") + f.fmt + "_mma";
-  c.cluster = unsigned(C);
-  c.go(name.c_str(), grid(tiles, S, blocks, C), 1, 1, kMmaWarps * 32, smem, x, y, w, s, rows, K, N, int(f.blk),
+  c.go(name.c_str(), grid(tiles, S, blocks), 1, 1, kMmaWarps * 32, smem, x, y, w, s, rows, K, N, int(f.blk),
        scale_after, round, S);
   return true;
 }
@@ -91,24 +76,18 @@ bool wgmma_experts(const OpLaunch& l, const LinearW& f) {
 }
 
 // The mma.sync expert kernels' tiles (up: 16 rows; down: kMmaDownTpw 16-row tiles a warp, tps_down a slot) and K
-// splits (one round of the grid, or $SMELT_CUDA_EXPERT_SPLIT), shared by the act-quant and weight-only ring kernels;
-// with `clusters` (the act-quant kernels on sm_90+, no forced split) the cluster rule's (S, C).
+// splits (one round of the grid, or $SMELT_CUDA_EXPERT_SPLIT), shared by the act-quant and weight-only ring kernels.
 struct SyncSplit {
   int64_t tiles_up, tiles_down;
-  int tps_down, s_up, s_down, c_up = 1, c_down = 1;
+  int tps_down, s_up, s_down;
 };
-SyncSplit sync_split(const ExpertsLaunch& a, unsigned blocks, bool clusters = false) {
+SyncSplit sync_split(const ExpertsLaunch& a, unsigned blocks) {
   SyncSplit r;
   r.tps_down = (a.D + 16 * kMmaDownTpw - 1) / (16 * kMmaDownTpw);
   r.tiles_up = int64_t(a.topk) * ((a.F + 15) / 16);
   r.tiles_down = int64_t(a.topk) * r.tps_down;
   r.s_up = split_or(expert_split()[0], ksplit(r.tiles_up, a.D / 32, blocks));
   r.s_down = split_or(expert_split()[1], ksplit(r.tiles_down, a.F / 32, blocks));
-  if (clusters && expert_split() == std::array<int, 3>{0, 0, 0}) {
-    const MmaSplit up = mma_cluster_split(r.tiles_up, a.D / 32, blocks);
-    const MmaSplit down = mma_cluster_split(r.tiles_down, a.F / 32, blocks);
-    r.s_up = up.S, r.c_up = up.C, r.s_down = down.S, r.c_down = down.C;
-  }
   return r;
 }
 
@@ -131,15 +110,12 @@ bool try_experts_mma(Ctx& c, const ExpertsLaunch& a) {
          a.topk, a.idx, a.n_experts, a.ew, int(a.f.blk), rb, int(!a.routed && a.round), a.out, s_down);
     return true;
   }
-  const SyncSplit sp = sync_split(a, blocks, clusters_for(c.l, false));
+  const SyncSplit sp = sync_split(a, blocks);
   const std::string up = std::string("smelt_moe_up_") + a.f.fmt + "_mma";
-  c.cluster = unsigned(sp.c_up);
-  c.go(up.c_str(), grid(sp.tiles_up, sp.s_up, blocks, sp.c_up), 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk,
-       a.idx, a.n_experts, a.rw, a.ew, int(a.f.blk), a.limit, rb, a.h, sp.s_up);
+  c.go(up.c_str(), grid(sp.tiles_up, sp.s_up, blocks), 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk, a.idx,
+       a.n_experts, a.rw, a.ew, int(a.f.blk), a.limit, rb, a.h, sp.s_up);
   const std::string down = std::string("smelt_moe_down_") + a.f.fmt + "_mma";
-  c.cluster = unsigned(sp.c_down);
-  c.go(down.c_str(), grid(sp.tiles_down, sp.s_down, blocks, sp.c_down), 1, 1, kMmaWarps * 32, smem_down, a.h, a.D, a.F,
-       a.topk,
+  c.go(down.c_str(), grid(sp.tiles_down, sp.s_down, blocks), 1, 1, kMmaWarps * 32, smem_down, a.h, a.D, a.F, a.topk,
        a.idx, a.n_experts, a.ew, int(a.f.blk), rb, int(!a.routed && a.round), a.out, sp.s_down);
   return true;
 }
@@ -158,9 +134,7 @@ bool try_experts_wo_ring(Ctx& c, const ExpertsLaunch& a) {
       a.F % 32)
     return false;
   const unsigned blocks = blocks_or(gemv_blocks(c.l));
-  const SyncSplit sp = sync_split(a, blocks);  // no clusters: the weight-only kernels take none
-  const int64_t tiles_up = sp.tiles_up, tiles_down = sp.tiles_down;
-  const int tps_down = sp.tps_down, s_up = sp.s_up, s_down = sp.s_down;
+  const auto [tiles_up, tiles_down, tps_down, s_up, s_down] = sync_split(a, blocks);
   const int span = mma_wo_down_span(a.topk, tps_down, kMmaWarps / s_down);
   const unsigned smem_up = mma_smem(a.D, 2), smem_down = mma_smem(a.F, 2 * span);
   if (smem_up > mma_smem_max(c.l) || smem_down > mma_smem_max(c.l)) return false;

@@ -154,18 +154,11 @@ void* Gpu::function(const std::string& family, const char* name, unsigned shmem)
 void Gpu::launch_raw(const std::string& family, const char* name, unsigned gx, unsigned gy, unsigned gz,
                      unsigned block, unsigned shmem, void** args) {
   void* f = function(family, name, shmem);
-  if (pdl_ || cluster_ > 1) {
-    runtime::cuda::LaunchAttribute attrs[2] = {};
-    unsigned n = 0;
-    if (pdl_) {
-      attrs[n].id = runtime::cuda::kLaunchAttrProgrammaticStreamSerialization;
-      attrs[n++].value.programmatic_stream_serialization_allowed = 1;
-    }
-    if (cluster_ > 1) {
-      attrs[n].id = runtime::cuda::kLaunchAttrClusterDimension;
-      attrs[n++].value.cluster_dim = {cluster_, 1, 1};
-    }
-    const runtime::cuda::LaunchConfig cfg{gx, gy, gz, block, 1, 1, shmem, nullptr, attrs, n};
+  if (pdl_) {
+    runtime::cuda::LaunchAttribute attr{};
+    attr.id = runtime::cuda::kLaunchAttrProgrammaticStreamSerialization;
+    attr.value.programmatic_stream_serialization_allowed = 1;
+    const runtime::cuda::LaunchConfig cfg{gx, gy, gz, block, 1, 1, shmem, nullptr, &attr, 1};
     check(api.cuLaunchKernelEx(&cfg, f, args, nullptr), std::string("launching ") + name);
   } else {
     check(api.cuLaunchKernel(f, gx, gy, gz, block, 1, 1, shmem, nullptr, args, nullptr), std::string("launching ") + name);
@@ -182,12 +175,6 @@ void Gpu::load_image(const std::string& family, const std::vector<uint8_t>& imag
 bool Gpu::set_pdl(bool pdl) {
   pdl_ = pdl && api.cuLaunchKernelEx && std::atoi(arch_.c_str() + 3) >= 90;
   return pdl_ == pdl;
-}
-
-bool Gpu::set_cluster(unsigned n) {
-  const bool ok = api.cuLaunchKernelEx && std::atoi(arch_.c_str() + 3) >= 90;
-  cluster_ = ok && n > 1 ? n : 1;
-  return ok || n <= 1;
 }
 
 void Gpu::synchronize() { check(api.cuCtxSynchronize(), "synchronising"); }

@@ -60,8 +60,6 @@ class Gpu {
   // Programmatic dependent launch (sm_90+), as the runtime launches a decode step: a kernel may start while the
   // previous one runs (kernels/cuda/common.cuh SMELT_KERNEL_PROLOGUE*). Returns whether the driver supports it.
   bool set_pdl(bool pdl);
-  // Later launches in thread-block clusters of n blocks along x (sm_90+; 1: none). Returns whether the GPU has them.
-  bool set_cluster(unsigned n);
   void synchronize();
   void copy(DevPtr dst, DevPtr src, size_t bytes);
   // GPU milliseconds of whatever `body` enqueues (events on the default stream around it).
@@ -85,7 +83,6 @@ class Gpu {
   std::vector<DevPtr> allocs_;
   bool sync_ = true;
   bool pdl_ = false;
-  unsigned cluster_ = 1;
   void* ev_[2] = {nullptr, nullptr};
   void* function(const std::string& family, const char* name, unsigned shmem);
   void record_start();

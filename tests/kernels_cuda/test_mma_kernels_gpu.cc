@@ -138,9 +138,8 @@ void expect_close(const std::vector<float>& a, const std::vector<float>& e, cons
 // K segments as the launcher picks them.
 int ksplit(int64_t tiles, int nb, unsigned blocks) { return smelt::runtime::cuda::mma_ksplit(tiles, nb, blocks); }
 
-// C > 1: the GEMV in thread-block clusters of C blocks (grid a multiple of C), which split K again (sm_90+).
 void run_linear(bool fp4, int rows, int K, int N, int S, unsigned grid, int round, float scale_after, uint32_t seed,
-                Stats& st, unsigned C = 1) {
+                Stats& st) {
   const Weights W = make_weights(fp4, N, K, 128, seed);
   auto x = randn(size_t(rows) * K, seed + 7, 2.f);
   x[0] = 0.f, x[1] = 1e-7f, x[2] = 600.f;
@@ -153,13 +152,10 @@ void run_linear(bool fp4, int rows, int K, int N, int S, unsigned grid, int roun
   // The exact kernel: one grid row per token row; cpb 4 columns per group.
   gpu().launch("linear", ("smelt_gemv_" + f + "_aq").c_str(), 8, rows, 1, 512, gemv_aq_smem(K, 1, 4, 1, fp4), dx, y0, dw, ds,
                K, N, 128, scale_after, round, 4);
-  ASSERT_TRUE(gpu().set_cluster(C)) << "thread-block clusters need sm_90+";
   gpu().launch("linear", ("smelt_gemv_" + f + "_mma").c_str(), grid, 1, 1, 256, mma_smem(K, rows), dx, y1, dw, ds,
                rows, K, N, 128, scale_after, round, S);
-  gpu().set_cluster(1);
   const std::string what = f + " rows " + std::to_string(rows) + " K " + std::to_string(K) + " N " +
-                           std::to_string(N) + " S " + std::to_string(S) + " C " + std::to_string(C) + " round " +
-                           std::to_string(round);
+                           std::to_string(N) + " S " + std::to_string(S) + " round " + std::to_string(round);
   expect_close(gpu().get<float>(y1, size_t(rows) * N), gpu().get<float>(y0, size_t(rows) * N), As, round != 0, what, st);
 }
 
@@ -194,32 +190,6 @@ TEST(CudaMmaKernels, GemvRealShapes) {
   }
 }
 
-// Thread-block clusters (sm_90+: mma_split.h mma_cluster_split): C blocks of a cluster split K again and rank 0 adds
-// the others' partials. Rows 1..8, persistent clusters walking several groups, segments of one block and empty ones
-// (S C > K / 32), then the V4.1-Flash shapes with the launcher's split for an H200.
-TEST(CudaMmaKernels, GemvClustersWithinToleranceOfTheExactKernel) {
-  NEED_MMA();
-  if (!gpu().set_cluster(2)) GTEST_SKIP() << "thread-block clusters need sm_90+";
-  gpu().set_cluster(1);
-  const int splits[][2] = {{1, 2}, {2, 3}, {8, 5}, {4, 8}};
-  for (bool fp4 : {false, true}) {
-    Stats st;
-    for (int rows : {1, 3, 8})
-      for (const auto& sc : splits)
-        run_linear(fp4, rows, 512, 200, sc[0], 2 * unsigned(sc[1]), rows == 3, 1.f, 60 + rows + sc[1], st, sc[1]);
-    const int shapes[][2] = {{5120, 1280}, {5120, 512}, {8192, 5120}, {5120, 32}, {1280, 32768}};
-    for (const auto& sh : shapes) {
-      const int K = sh[0], N = sh[1];
-      const int64_t tiles = (N + 15) / 16;
-      const auto sp = smelt::runtime::cuda::mma_cluster_split(tiles, K / 32, 264);
-      const int64_t groups = smelt::runtime::cuda::mma_groups(tiles, sp.S);
-      const unsigned grid = unsigned(std::min<int64_t>(groups, 264 / sp.C) * sp.C);
-      run_linear(fp4, 1, K, N, sp.S, grid, 1, 1.f, 200 + K + N, st, unsigned(sp.C));
-    }
-    st.print(std::string(fp4 ? "fp4" : "fp8") + " gemv in clusters");
-  }
-}
-
 // FP8 NaN weight codes count as 0, as in the exact kernels (the MMA block is redone with them zeroed).
 TEST(CudaMmaKernels, GemvFp8NanCodesCountAsZero) {
   NEED_MMA();
@@ -241,10 +211,8 @@ TEST(CudaMmaKernels, GemvFp8NanCodesCountAsZero) {
 // Experts: up (g, u, swiglu) and down of the selected experts against the _aq_dec kernels; an invalid slot.
 // wg: the wgmma kernels (FP4, sm_90: smelt_moe_*_fp4_wgmma, 64-row tiles of a warpgroup, K split <= 2).
 // outlier: x[k] *= outlier at k % 32 == 5 (an activation far above the rest of its block, as the models have).
-// Clusters (mma.sync kernels, sm_90+): cs > 0 launches both kernels with K split cs in clusters of C blocks (grid a
-// multiple of C); cs < 0 takes the launcher's rule (mma_split.h mma_cluster_split, blocks capped at grid).
 void run_moe(bool fp4, int E, int D, int F, const std::vector<int32_t>& idx, bool model, unsigned grid, uint32_t seed,
-             Stats& st, bool wg = false, float outlier = 0.f, int cs = 0, unsigned C = 1) {
+             Stats& st, bool wg = false, float outlier = 0.f) {
   const int topk = int(idx.size());
   std::vector<Weights> w1, w2, w3;
   std::vector<uint8_t> b1, b2, b3, c1, c2, c3;
@@ -274,30 +242,16 @@ void run_moe(bool fp4, int E, int D, int F, const std::vector<int32_t>& idx, boo
   DevPtr dx = gpu().put(x), didx = E == 1 ? DevPtr(0) : gpu().put(idx), rw = model ? gpu().put(rwv) : DevPtr(0);
   const std::string f = fp4 ? "fp4" : "fp8";
   const std::string kind = wg ? "_wgmma" : "_mma";
-  const std::string what = f + kind + " D " + std::to_string(D) + " F " + std::to_string(F) + (model ? " model" : " plain") +
-                           (cs != 0 ? " clusters" : "");
+  const std::string what = f + kind + " D " + std::to_string(D) + " F " + std::to_string(F) + (model ? " model" : " plain");
   DevPtr h0 = gpu().alloc(size_t(topk) * F * 4), h1 = gpu().alloc(size_t(topk) * F * 4);
   gpu().launch("moe", ("smelt_moe_up_" + f + "_aq_dec").c_str(), 16, 1, 1, 512, gemv_aq_smem(D, 1, 4, 2, fp4), dx, D, F,
                topk, didx, E, rw, ew, 128, limit, rb, h0, 4);
   // ops_mma.cc's splits: 16-row tiles of a warp, or (wg) 64-row tiles of a warpgroup (mma_split.h).
   namespace rc = smelt::runtime::cuda;
   const int64_t tiles_up = wg ? rc::mma_wg_tiles(topk, F, 1) : int64_t(topk) * ((F + 15) / 16);
-  int s_up = wg ? rc::mma_wg_ksplit(tiles_up, D / 32, 264) : ksplit(tiles_up, D / 32, 264);
-  // The launch in clusters (cs != 0): its split, cluster size and grid.
-  auto clustered = [&](int64_t tiles, int nb, int& S, unsigned& c, unsigned& g) {
-    if (cs > 0) {
-      S = cs, c = C, g = grid;
-    } else if (cs < 0) {
-      const rc::MmaSplit sp = rc::mma_cluster_split(tiles, nb, grid);
-      S = sp.S, c = unsigned(sp.C), g = unsigned(std::min<int64_t>(rc::mma_groups(tiles, S), grid / c) * c);
-    }
-  };
-  unsigned c_up = 1, g_up = grid;
-  clustered(tiles_up, D / 32, s_up, c_up, g_up);
-  ASSERT_TRUE(gpu().set_cluster(c_up)) << "thread-block clusters need sm_90+";
-  gpu().launch("moe", ("smelt_moe_up_" + f + kind).c_str(), g_up, 1, 1, 256, mma_smem(D, 1), dx, D, F, topk, didx, E,
+  const int s_up = wg ? rc::mma_wg_ksplit(tiles_up, D / 32, 264) : ksplit(tiles_up, D / 32, 264);
+  gpu().launch("moe", ("smelt_moe_up_" + f + kind).c_str(), grid, 1, 1, 256, mma_smem(D, 1), dx, D, F, topk, didx, E,
                rw, ew, 128, limit, rb, h1, s_up);
-  gpu().set_cluster(1);
   auto he = gpu().get<float>(h0, size_t(topk) * F), hm = gpu().get<float>(h1, size_t(topk) * F);
   // Bound of h = silu(g) u (plain): |dh| <= 1.1 |dg| |u| + |g| |du| with |dg| <= kTol A_g (|silu'| < 1.1).
   std::vector<double> Ah(he.size(), 0.0);
@@ -327,13 +281,9 @@ void run_moe(bool fp4, int E, int D, int F, const std::vector<int32_t>& idx, boo
                topk, didx, E, ew, 128, rb, 0, o0, 4);
   // gemv_mma.cuh SMELT_MMA_DOWN_TPW = 2 rows of tiles
   const int64_t tiles_down = wg ? rc::mma_wg_tiles(topk, D, 2) : int64_t(topk) * ((D + 31) / 32);
-  int s_down = wg ? rc::mma_wg_ksplit(tiles_down, F / 32, 264) : ksplit(tiles_down, F / 32, 264);
-  unsigned c_down = 1, g_down = grid;
-  clustered(tiles_down, F / 32, s_down, c_down, g_down);
-  ASSERT_TRUE(gpu().set_cluster(c_down));
-  gpu().launch("moe", ("smelt_moe_down_" + f + kind).c_str(), g_down, 1, 1, 256, mma_smem(F, topk), h0, D, F, topk,
-               didx, E, ew, 128, rb, 0, o1, s_down);
-  gpu().set_cluster(1);
+  const int s_down = wg ? rc::mma_wg_ksplit(tiles_down, F / 32, 264) : ksplit(tiles_down, F / 32, 264);
+  gpu().launch("moe", ("smelt_moe_down_" + f + kind).c_str(), grid, 1, 1, 256, mma_smem(F, topk), h0, D, F, topk, didx,
+               E, ew, 128, rb, 0, o1, s_down);
   std::vector<double> Ad(size_t(topk) * D, 0.0);
   for (int t = 0; t < topk; ++t) {
     if (idx[size_t(t)] < 0 || idx[size_t(t)] >= E) continue;
@@ -367,27 +317,6 @@ TEST(CudaMmaKernels, MoeRealShapes) {
     run_moe(fp4, 6, 5120, 2304, {5, 0, 3, 1, 4, 2}, true, 264, 400, st);
     run_moe(fp4, 1, 5120, 2304, {0}, false, 264, 500, st);
     st.print(std::string(fp4 ? "fp4" : "fp8") + " experts, V4.1-Flash shapes");
-  }
-}
-
-// The mma.sync experts in thread-block clusters (sm_90+; ops_mma.cc launches the FP8 shared expert so): C blocks split
-// K again. Persistent clusters walking several groups, a segment of one block, empty segments (S C > K / 32), the
-// down's own-slot staging with clusters (one group a cluster), then the launcher's rule on the V4.1-Flash shapes.
-TEST(CudaMmaKernels, MoeClustersWithinToleranceOfTheExactKernels) {
-  NEED_MMA();
-  if (!gpu().set_cluster(2)) GTEST_SKIP() << "thread-block clusters need sm_90+";
-  gpu().set_cluster(1);
-  for (bool fp4 : {false, true}) {
-    Stats st;
-    for (bool model : {false, true}) {
-      run_moe(fp4, 5, 256, 96, {4, -1, 1}, model, 4, 210, st, false, 0.f, 2, 2);
-      run_moe(fp4, 3, 320, 224, {2, 0, 1, 2, 7}, model, 6, 310, st, false, 0.f, 1, 3);
-      run_moe(fp4, 3, 320, 224, {2, 0, 1, 2, 7}, model, 8, 320, st, false, 0.f, 4, 4);
-      run_moe(fp4, 3, 320, 224, {2, 0, 1, 2, 7}, model, 264, 330, st, false, 0.f, 1, 8);
-    }
-    run_moe(fp4, 1, 5120, 2304, {0}, false, 264, 510, st, false, 0.f, -1);
-    run_moe(fp4, 6, 5120, 2304, {5, 0, 3, 1, 4, 2}, true, 264, 410, st, false, 0.f, -1);
-    st.print(std::string(fp4 ? "fp4" : "fp8") + " experts in clusters");
   }
 }
 

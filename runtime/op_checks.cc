@@ -458,6 +458,13 @@ void check_op_shapes(const Plan& plan, const OpRef& op) {
     case OpKind::HcCollapse: {
       int64_t n = c.attr("hc_mult", 1, 64), d = c.hc_dim(0, n);
       if (c.has_input(1)) c.input(1, n, "pre: hc_mult");  // absent: the one-hot initial pre
+      if (c.has_weight(0)) {  // the folded rms_norm (smelt-fuse-hc-norm)
+        c.weight(0, {d});
+        if (!(c.fattr("norm_eps", 0.0) > 0)) c.fail("norm_eps must be positive with a norm weight");
+      } else if (!c.op.s("collapse_round").empty()) {
+        c.fail("collapse_round without a norm weight (the collapse's own rounding is round)");
+      }
+      c.one_of("collapse_round", {"bf16"});
       c.output(0, d, "one stream");
       break;
     }

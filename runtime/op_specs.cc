@@ -25,8 +25,8 @@ std::vector<OpSpec> build() {
                {{"fn"}, {"base"}, {"scale"}}, {},
                {{"hc_mult", I, true}, {"sinkhorn_iters", I, true}, {"hc_eps", F, true}, {"norm_eps", F, true},
                 {"variant", S, false}}});
-  s.push_back({OpKind::HcCollapse, "smelt.hc_collapse", {{"X"}, {"pre", 'f', true}}, {{"u"}}, {}, {},
-               {{"hc_mult", I, true}}});
+  s.push_back({OpKind::HcCollapse, "smelt.hc_collapse", {{"X"}, {"pre", 'f', true}}, {{"u"}}, {{"norm", 'f', true}}, {},
+               {{"hc_mult", I, true}, {"norm_eps", F, false}, {"collapse_round", S, false}}});
   s.push_back({OpKind::HcExpand, "smelt.hc_expand", {{"X"}, {"y"}, {"post"}, {"comb"}}, {{"X'"}}, {}, {},
                {{"hc_mult", I, true}}});
   s.push_back({OpKind::HcHead, "smelt.hc_head", {{"X"}}, {{"h"}}, {{"fn"}, {"base"}, {"scale"}}, {},

@@ -455,6 +455,10 @@ OpRef Plan::validate_op(const fb::Op& op, int index, const std::string& program)
   }
   // The scaled weight form (each weight followed by its scale) is told apart by the list's length.
   r.scaled = spec.scaled_weights && r.weights.size() == 2 * spec.weights.size() * repeat;
+  // A plain list may end before trailing optional weights that an op gained later (hc_collapse's folded norm): plans
+  // written before read them as absent (-1).
+  if (repeat == 1 && !r.scaled)
+    while (r.weights.size() < spec.weights.size() && spec.weights[r.weights.size()].optional) r.weights.push_back(-1);
   check_list("inputs", r.inputs, spec.inputs, 1, n_buffers);
   check_list("outputs", r.outputs, spec.outputs, 1, n_buffers);
   check_list("weights", r.weights, weight_specs(spec, r.scaled), repeat, n_weights);

@@ -117,6 +117,10 @@ for d in "$SHARED"/goldens/v41/*/; do
       echo "v41_${base}_side|plans/v41_${base}_side.smelt|models/$base|$prompt|$decode|5e-2" >> "$M"
     compile "v41_${base}_side_fp32" "$d" h200 --pipeline "smelt-verify,smelt-numerics{mode=fp32},$side" &&
       echo "v41_${base}_side_fp32|plans/v41_${base}_side_fp32.smelt|models/$base|$prompt|$decode|1e-3" >> "$M"
+    # The opt-in smelt-fuse-hc-norm (hc_collapse with its rms_norm: one kernel), on both backends.
+    fused="smelt-verify,smelt-fuse-hc-norm,smelt-select-kernels{target=h200},smelt-schedule-streams,smelt-plan-memory{max-rows=64}"
+    compile "v41_${base}_fused" "$d" h200 --pipeline "$fused" &&
+      echo "v41_${base}_fused|plans/v41_${base}_fused.smelt|models/$base|$prompt|$decode|5e-2" >> "$M"
   fi
 done
 # A plan for sm_80 only: on the H200 it must be refused with one sentence.

@@ -103,8 +103,14 @@ def Smelt_HcMixOp : Smelt_ComputeOp<"hc_mix"> {
 }
 
 def Smelt_HcCollapseOp : Smelt_ComputeOp<"hc_collapse"> {
-  let summary = "u = sum_i pre_i X_i (without pre: copy 0, the one-hot initial pre of V4.1)";
-  let arguments = !con((ins Smelt_Rows:$streams, Optional<Smelt_Rows>:$pre, Smelt_I64:$hc_mult), CommonAttrs);
+  let summary = "u = sum_i pre_i X_i (without pre: copy 0, the one-hot initial pre of V4.1), optionally rms-normed";
+  let description = [{
+    With `norm` (smelt-fuse-hc-norm folds the smelt.rms_norm that was the collapse's only reader): u = rms_norm(c;
+    norm, norm_eps) of the collapse c, which is rounded first as `collapse_round` says; `round` is the output's.
+  }];
+  let arguments = !con((ins Smelt_Rows:$streams, Optional<Smelt_Rows>:$pre, Smelt_I64:$hc_mult,
+                            OptionalAttr<FlatSymbolRefAttr>:$norm, OptionalAttr<F64Attr>:$norm_eps,
+                            OptionalAttr<StrAttr>:$collapse_round), CommonAttrs);
   let results = (outs Smelt_Rows:$u);
 }
 

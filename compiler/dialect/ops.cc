@@ -136,7 +136,13 @@ LogicalResult HcMixOp::verify() {
 
 LogicalResult HcCollapseOp::verify() {
   int64_t n = getHcMult();
-  if (failed(verify_rows(*this)) || failed(expect_positive(*this, n, "hc_mult"))) return failure();
+  if (failed(verify_rows(*this)) || failed(expect_positive(*this, n, "hc_mult")) ||
+      failed(expect_one_of(*this, "collapse_round", {"bf16"})))
+    return failure();
+  if (bool(getNormAttr()) != bool(getNormEps()))
+    return emitOpError() << "norm and norm_eps come together";
+  if (getNormEps() && !(getNormEps()->convertToDouble() > 0)) return emitOpError() << "norm_eps must be positive";
+  if (getCollapseRound() && !getNormAttr()) return emitOpError() << "collapse_round needs norm (else it is round)";
   if (getPre() && failed(expect_cols(*this, getPre(), n, "pre"))) return failure();
   return expect_cols(*this, getStreams(), n * cols(getU()), "streams");
 }
@@ -298,7 +304,6 @@ using ST = mlir::SymbolTableCollection;
 #define NO_SYMBOL_SHAPES(Op) \
   LogicalResult Op::verifySymbolUses(ST&) { return success(); }
 NO_SYMBOL_SHAPES(HcInitOp)
-NO_SYMBOL_SHAPES(HcCollapseOp)
 NO_SYMBOL_SHAPES(HcExpandOp)
 NO_SYMBOL_SHAPES(RopeOp)
 NO_SYMBOL_SHAPES(WindowKvUpdateOp)
@@ -324,6 +329,10 @@ LogicalResult HcHeadOp::verifySymbolUses(ST& st) {
       failed(expect_weight(*this, st, "base", getBaseAttr(), {n})))
     return failure();
   return expect_weight(*this, st, "scale", getScaleAttr(), {1});
+}
+
+LogicalResult HcCollapseOp::verifySymbolUses(ST& st) {
+  return expect_weight(*this, st, "norm", getNormAttr(), {cols(getU())});
 }
 
 LogicalResult RmsNormOp::verifySymbolUses(ST& st) {

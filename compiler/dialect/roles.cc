@@ -24,6 +24,7 @@ llvm::SmallVector<SymbolUse> weight_uses(Operation* op) {
       .Case([&](HcMixOp o) { add("fn", o.getFnAttr()), add("base", o.getBaseAttr()), add("scale", o.getScaleAttr()); })
       .Case([&](HcHeadOp o) { add("fn", o.getFnAttr()), add("base", o.getBaseAttr()), add("scale", o.getScaleAttr()); })
       .Case([&](RmsNormOp o) { add("weight", o.getWeightAttr()); })
+      .Case([&](HcCollapseOp o) { add("norm", o.getNormAttr()); })  // -1 unless smelt-fuse-hc-norm folded a norm
       .Case([&](LinearOp o) {
         add("weight", o.getWeightAttr(), C::Quantized);
         if (o.getScaleAttr()) add("scale", o.getScaleAttr(), C::Scale);  // absent: a one-weight list (V4)

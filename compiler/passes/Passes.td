@@ -64,6 +64,17 @@ def SmeltSelectKernels : Pass<"smelt-select-kernels", "::mlir::ModuleOp"> {
   ];
 }
 
+def SmeltFuseHcNorm : Pass<"smelt-fuse-hc-norm", "::mlir::ModuleOp"> {
+  let summary = "Fold the rms_norm that is an hc_collapse's only reader into the collapse (one kernel, not two)";
+  let description = [{
+    hc_collapse -> rms_norm (one group, on the same stream, the collapse's only reader) becomes one hc_collapse
+    with `norm` = the norm's weight, `norm_eps` its eps, `collapse_round` the collapse's `round` and `round` the
+    norm's. Same results (the cpu backend runs the two references in turn; the cuda kernel computes each value as
+    the two kernels do). Not in a default pipeline (--pipeline): one launch less a pair, but on the H200 V4.1 slice
+    the one-block fused kernel made the decode step slower (1.172 -> 1.205 ms; docs/performance.md, Session 17).
+  }];
+}
+
 def SmeltSplitEngram : Pass<"smelt-split-engram", "::mlir::ModuleOp"> {
   let summary = "Split smelt.engram into lookup, wkv linear and gate (the first two depend only on the ids)";
   let description = [{

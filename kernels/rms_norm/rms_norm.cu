@@ -53,11 +53,11 @@ namespace {
 
 constexpr int kRegs = 8;
 
-template <bool R>
-__device__ __forceinline__ void rms_norm_regs_body(const float* x, float* y, const void* w, int wdt, int len,
-                                                   float eps) {
+// fill(xv): this thread's values of the row (value k at t + k * blockDim, 0 past len), read after the dependent-launch
+// wait.
+template <bool R, class F>
+__device__ __forceinline__ void rms_norm_regs_core(float* ys, const void* w, int wdt, int len, float eps, F fill) {
   __shared__ double red[32];
-  const i64 s = blockIdx.x;
   const int bd = blockDim.x, t = threadIdx.x;
   float wv[kRegs], xv[kRegs];
 #pragma unroll
@@ -66,13 +66,7 @@ __device__ __forceinline__ void rms_norm_regs_body(const float* x, float* y, con
     wv[k] = (w && i < len) ? ldw(w, i, wdt) : 0.f;
   }
   grid_dep_wait();
-  const float* xs = x + s * len;
-  float* ys = y + s * len;
-#pragma unroll
-  for (int k = 0; k < kRegs; ++k) {
-    const int i = t + k * bd;
-    xv[k] = i < len ? xs[i] : 0.f;
-  }
+  fill(xv);
   // smelt_rms_norm's element i0 + j * bd of its loop is value k = 4 * (i0 - t) / (4 * bd) + j here: partial k % 4.
   double sq[4] = {0.0, 0.0, 0.0, 0.0};
 #pragma unroll
@@ -89,7 +83,61 @@ __device__ __forceinline__ void rms_norm_regs_body(const float* x, float* y, con
   }
 }
 
+template <bool R>
+__device__ __forceinline__ void rms_norm_regs_body(const float* x, float* y, const void* w, int wdt, int len,
+                                                   float eps) {
+  const i64 s = blockIdx.x;
+  const float* xs = x + s * len;
+  rms_norm_regs_core<R>(y + s * len, w, wdt, len, eps, [&](float* xv) {
+    const int bd = blockDim.x, t = threadIdx.x;
+#pragma unroll
+    for (int k = 0; k < kRegs; ++k) xv[k] = t + k * bd < len ? xs[t + k * bd] : 0.f;
+  });
+}
+
+// smelt.hc_collapse with a folded norm (smelt-fuse-hc-norm): value d of row r is kernels/hc smelt_hc_collapse's sum
+// of pre[r, c] X[r, c, d] in copy order (pre null: copy 0), rounded to bf16 when CR (smelt_hc_collapse_bf16), then
+// normed as smelt_rms_norm_regs: the same bits as those two kernels, one launch and no round trip of the collapse.
+template <bool R, bool CR>
+__device__ __forceinline__ void collapse_norm_body(const float* X, const float* pre, int n, float* y, const void* w,
+                                                   int wdt, int len, float eps) {
+  const i64 r = blockIdx.x;
+  const float* x = X + r * n * len;
+  const float* p = pre ? pre + r * n : nullptr;
+  rms_norm_regs_core<R>(y + r * len, w, wdt, len, eps, [&](float* xv) {
+    // Copy by copy, a thread's values of each copy loaded together (one round trip a copy, not one a value), each
+    // value's sum in copy order as the collapse kernel's.
+    const int bd = blockDim.x, t = threadIdx.x;
+#pragma unroll
+    for (int k = 0; k < kRegs; ++k) xv[k] = !p && t + k * bd < len ? x[t + k * bd] : 0.f;
+    for (int c = 0; p && c < n; ++c) {
+      const float pc = p[c];
+      const float* xc = x + i64(c) * len;
+#pragma unroll
+      for (int k = 0; k < kRegs; ++k)
+        if (t + k * bd < len) xv[k] = __fadd_rn(xv[k], __fmul_rn(pc, xc[t + k * bd]));
+    }
+    if (CR)
+#pragma unroll
+      for (int k = 0; k < kRegs; ++k) xv[k] = round_bf16(xv[k]);
+  });
+}
+
 }  // namespace
+
+// grid (rows), block as smelt_rms_norm_regs picks it for len (len <= 8 * blockDim); the name says which roundings:
+// _cr the collapse's (collapse_round), _bf16 the output's (round).
+#define SMELT_COLLAPSE_NORM(SUFFIX, R, CR)                                                                          \
+  extern "C" __global__ void smelt_hc_collapse_norm##SUFFIX(const float* X, const float* pre, int n, float* y,        \
+                                                            const void* w, int wdt, int len, float eps) {             \
+    SMELT_KERNEL_PROLOGUE_WEIGHTS_FIRST();                                                                          \
+    collapse_norm_body<R, CR>(X, pre, n, y, w, wdt, len, eps);                                                      \
+  }
+SMELT_COLLAPSE_NORM(, false, false)
+SMELT_COLLAPSE_NORM(_bf16, true, false)
+SMELT_COLLAPSE_NORM(_cr, false, true)
+SMELT_COLLAPSE_NORM(_cr_bf16, true, true)
+#undef SMELT_COLLAPSE_NORM
 
 // grid (rows * groups), block any multiple of 32 with len <= 8 * blockDim (the runtime's choice: up to 1024
 // threads, ~4 values a thread).

@@ -66,6 +66,7 @@ struct PreparedOp {
   float* state[4] = {};
   int64_t state_rows[4] = {};
   bool round_bf16 = false;              // round every float output to bf16 after the op (`round`)
+  bool collapse_round_bf16 = false;     // hc_collapse with a folded norm: its collapse rounded first
   bool model_numerics = true;           // false: `numerics = "fp32"` (the V4.1 ops' internal roundings off)
   // Attributes the simple ops use.
   int hc_mult = 0, sinkhorn_iters = 0, groups = 1, heads = 0, head_dim = 0, rope_dim = 0, window = 0;

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "kernels/embedding/reference.h"
+#include "kernels/bf16.h"
 #include "kernels/hc/reference.h"
 #include "kernels/linear/reference.h"
 #include "kernels/rms_norm/reference.h"
@@ -49,6 +50,11 @@ void run_hc_mix_v41(const PreparedOp& p, const ExecContext& c) {
 
 void run_hc_collapse(const PreparedOp& p, const ExecContext& c) {
   kernels::hc_collapse(p.in[0], p.in[1], c.rows, p.hc_mult, int(p.out_w[0]), p.out[0]);  // no pre: one-hot
+  if (!p.w[0]) return;
+  // The rms_norm smelt-fuse-hc-norm folded in: on the collapse rounded as `collapse_round` says (the op's `round`
+  // is the norm's, applied to the output after this).
+  if (p.collapse_round_bf16) kernels::round_bf16_inplace(p.out[0], size_t(c.rows) * size_t(p.out_w[0]));
+  kernels::rms_norm(p.out[0], p.w[0], p.out[0], c.rows, int(p.out_w[0]), 1, p.eps);
 }
 
 void run_hc_expand(const PreparedOp& p, const ExecContext& c) {
@@ -180,6 +186,8 @@ void prepare_op(const Plan& plan, const OpRef& op, PreparedOp& p) {
     case OpKind::HcCollapse:
       p.run = run_hc_collapse;
       p.hc_mult = int(op.i("hc_mult"));
+      p.eps = float(op.f("norm_eps"));
+      p.collapse_round_bf16 = op.s("collapse_round") == "bf16";
       break;
     case OpKind::HcExpand:
       p.run = run_hc_expand;

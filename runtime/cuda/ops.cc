@@ -393,10 +393,27 @@ void run_v4(Ctx& c) {
       break;
     }
     case OpKind::HcCollapse: {
-      const int D = int(l.out_w[0]);
-      c.round_done = is_round(op);  // the _bf16 kernels round in the same pass
-      c.go(c.round_done ? "smelt_hc_collapse_bf16" : "smelt_hc_collapse", cdiv(D, 256), R, 1, 256, 0, l.in[0], l.in[1],
-           int(op.i("hc_mult")), D, l.out[0]);
+      const int D = int(l.out_w[0]), n = int(op.i("hc_mult"));
+      const DeviceWeight* norm = weight(l, 0);  // the rms_norm smelt-fuse-hc-norm folded in
+      c.round_done = is_round(op);  // the kernels below round their output in the same pass
+      if (!norm) {
+        c.go(c.round_done ? "smelt_hc_collapse_bf16" : "smelt_hc_collapse", cdiv(D, 256), R, 1, 256, 0, l.in[0],
+             l.in[1], n, D, l.out[0]);
+        break;
+      }
+      const bool cr = detail::attr_s(op, "collapse_round") == "bf16";
+      const unsigned threads = detail::rms_norm_threads(D);
+      const float eps = float(op.f("norm_eps"));
+      if (detail::decode_kernels() && int64_t(D) <= 8 * int64_t(threads)) {  // one launch, the two kernels' bits
+        const std::string name = std::string("smelt_hc_collapse_norm") + (cr ? "_cr" : "") + (c.round_done ? "_bf16" : "");
+        c.go(name.c_str(), R, 1, 1, threads, 0, l.in[0], l.in[1], n, l.out[0], ptr(norm),
+             detail::float_dt(c, norm, "norm"), D, eps);
+        break;
+      }
+      c.go(cr ? "smelt_hc_collapse_bf16" : "smelt_hc_collapse", cdiv(D, 256), R, 1, 256, 0, l.in[0], l.in[1], n, D,
+           l.out[0]);
+      c.go(c.round_done ? "smelt_rms_norm_bf16" : "smelt_rms_norm", R, 1, 1, threads, 0, l.out[0], l.out[0], ptr(norm),
+           detail::float_dt(c, norm, "norm"), D, eps);  // in place (the kernel allows it)
       break;
     }
     case OpKind::HcExpand: {
@@ -421,8 +438,7 @@ void run_v4(Ctx& c) {
       const int groups = int(op.i("groups")), len = int(l.in_w[0] / groups);
       const DeviceWeight* w = weight(l, 0);
       c.round_done = is_round(op);
-      // ~4 values a thread, from len only (row-count invariant): 5120 -> 1024 threads, 128 -> 32.
-      const unsigned threads = unsigned(std::clamp<int64_t>(cdiv(cdiv(len, 4), 32) * 32, 32, 1024));
+      const unsigned threads = detail::rms_norm_threads(len);
       // Up to 8 values a thread: weights loaded before the dependent-launch wait, values kept in registers (same
       // bits at the same block size).
       const bool regs = detail::decode_kernels() && int64_t(len) <= 8 * int64_t(threads);

@@ -113,6 +113,44 @@ TEST(CudaSmallDecodeKernels, RmsNormRegsEqualsRmsNorm) {
       }
 }
 
+// smelt.hc_collapse with a folded norm (smelt-fuse-hc-norm): smelt_hc_collapse_norm{,_cr}{,_bf16} against
+// smelt_hc_collapse{,_bf16} then smelt_rms_norm_regs{,_bf16}, bit for bit: every rounding combination, with and
+// without pre (V4.1's one-hot first collapse), hc_mult 4 at hidden 5120, 1 and 3 rows, and odd shapes.
+TEST(CudaSmallDecodeKernels, HcCollapseNormEqualsCollapseThenNorm) {
+  NEED_GPU();
+  struct Shape {
+    int n, D;
+  };
+  for (const Shape sh : {Shape{4, 5120}, Shape{4, 200}, Shape{2, 1000}})
+    for (int rows : {1, 3})
+      for (bool with_pre : {true, false})
+        for (int wdt : {0, 1}) {  // F32, BF16 norm weight
+          const int n = sh.n, D = sh.D;
+          const unsigned threads = unsigned(std::clamp<int64_t>(int64_t(cdiv(cdiv(D, 4), 32)) * 32, 32, 1024));
+          auto X = randn(size_t(rows) * n * D, 81 + D, 1.5f), pre = randn(size_t(rows) * n, 82, 0.7f), w = randn(D, 83);
+          X[7] = 1e-30f, X[9] = -250.f;
+          DevPtr dX = gpu().put(X), dpre = with_pre ? gpu().put(pre) : DevPtr(0);
+          DevPtr dw = wdt == 0 ? gpu().put(w) : gpu().put(bf16_bits(w));
+          DevPtr u = gpu().alloc(size_t(rows) * D * 4), a = gpu().alloc(size_t(rows) * D * 4),
+                 b = gpu().alloc(size_t(rows) * D * 4);
+          for (int cr : {0, 1})
+            for (int round : {0, 1}) {
+              const std::string what = "n " + std::to_string(n) + " D " + std::to_string(D) + " rows " +
+                                       std::to_string(rows) + (with_pre ? " pre" : " one-hot") + " wdt " +
+                                       std::to_string(wdt) + " cr " + std::to_string(cr) + " round " +
+                                       std::to_string(round);
+              gpu().launch("hc", cr ? "smelt_hc_collapse_bf16" : "smelt_hc_collapse", cdiv(D, 256), rows, 1, 256, 0,
+                           dX, dpre, n, D, u);
+              gpu().launch("rms_norm", round ? "smelt_rms_norm_regs_bf16" : "smelt_rms_norm_regs", rows, 1, 1,
+                           threads, 0, u, a, dw, wdt, D, 1e-6f);
+              const std::string fused =
+                  std::string("smelt_hc_collapse_norm") + (cr ? "_cr" : "") + (round ? "_bf16" : "");
+              gpu().launch("rms_norm", fused.c_str(), rows, 1, 1, threads, 0, dX, dpre, n, b, dw, wdt, D, 1e-6f);
+              expect_bits_equal(gpu().get<float>(b, size_t(rows) * D), gpu().get<float>(a, size_t(rows) * D), what);
+            }
+        }
+}
+
 // ---- hc_mix (V4.1) ---------------------------------------------------------------------------------------------
 
 TEST(CudaSmallDecodeKernels, HcMixSplitEqualsLogitsAndWarpSinkhorn) {

@@ -624,6 +624,21 @@ struct MmaSegment {
     }
   }
 
+  // f(j) for the blocks b + j of a group of G (j < G) that lie before b1: a group wholly inside the segment without a
+  // check per block, so that ptxas interleaves its blocks' loads, conversions and MMAs (SMELT_MMA_FULL_GROUPS).
+  template <class F>
+  __device__ __forceinline__ static void consume_group(int b, int b1, F&& f) {
+    constexpr int G = SMELT_MMA_GROUP;
+    if (SMELT_MMA_FULL_GROUPS && b + G <= b1) {
+#pragma unroll
+      for (int j = 0; j < G; ++j) f(j);
+    } else {
+#pragma unroll
+      for (int j = 0; j < G; ++j)
+        if (b + j < b1) f(j);
+    }
+  }
+
   // Blocks [b0, b1) folded into acc, in K order; expects prefetch(b0, b1) done. One wait per group of G = 4
   // blocks (their shared loads and MMAs overlap).
   // FP8: a rolled loop over groups (run-time ring slot, the scales in shared memory): the fully unrolled ring (D / G
@@ -636,14 +651,7 @@ struct MmaSegment {
     static_assert(D % G == 0, "the ring holds whole groups");
     if constexpr (FP4) {
       fp4_groups(b0, b1, [&](int bb, int j0) {
-        if (SMELT_MMA_FULL_GROUPS && bb + j0 + G <= b1) {
-#pragma unroll
-          for (int j = j0; j < j0 + G; ++j) consume<NC, NZ, HL>(j, bb + j, sc[j], xrow, xsl, acc);
-        } else {
-#pragma unroll
-          for (int j = j0; j < j0 + G; ++j)
-            if (bb + j < b1) consume<NC, NZ, HL>(j, bb + j, sc[j], xrow, xsl, acc);
-        }
+        consume_group(bb + j0, b1, [&](int j) { consume<NC, NZ, HL>(j0 + j, bb + j0 + j, sc[j0 + j], xrow, xsl, acc); });
         __syncwarp();
         issue_fp4_group(j0, G, bb + j0 + D);
       });
@@ -653,14 +661,7 @@ struct MmaSegment {
       for (int b = b0; b < b1; b += G) {
         cp_async_wait<D - G>();  // this lane's copies of blocks b .. b + G - 1 have landed ...
         __syncwarp();            // ... and every lane's
-        if (SMELT_MMA_FULL_GROUPS && b + G <= b1) {
-#pragma unroll
-          for (int j = 0; j < G; ++j) consume<NC, NZ, HL>(slot + j, b + j, 0u, xrow, xsl, acc);
-        } else {
-#pragma unroll
-          for (int j = 0; j < G; ++j)
-            if (b + j < b1) consume<NC, NZ, HL>(slot + j, b + j, 0u, xrow, xsl, acc);
-        }
+        consume_group(b, b1, [&](int j) { consume<NC, NZ, HL>(slot + j, b + j, 0u, xrow, xsl, acc); });
         __syncwarp();  // the slots read by all lanes before they are refilled
         issue_fp8_group(slot, G, b + D);
         slot = (slot + G) & (D - 1);

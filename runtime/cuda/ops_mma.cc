@@ -16,8 +16,6 @@ namespace {
 constexpr int kMmaWarps = 8;  // kernels/linear/gemv_mma.cuh: block of 256 threads
 
 constexpr int kMmaDownTpw = 2;  // gemv_mma.cuh SMELT_MMA_DOWN_TPW: a down tile is 16 x 2 output rows
-// mma_split.h's copy of gemv_mma.cuh mma_smem_bytes, with the kernels' default ring (SMELT_MMA_RING_BYTES 8192).
-unsigned mma_smem(int K, int rows_staged) { return mma_smem_bytes(K, rows_staged); }
 // Shared memory a block may use: sm_90 has 227 KB per multiprocessor (two blocks of up to ~110 KB stay resident),
 // sm_89 / sm_120 99 KB a block (their opt-in limit; K = 8192 at one row takes 96.1 KB).
 unsigned mma_smem_max(const OpLaunch& l) { return l.arch == 90 ? 110u * 1024 : 99u * 1024; }
@@ -57,7 +55,7 @@ unsigned grid(int64_t tiles, int S, unsigned blocks) {
 bool try_linear_mma(Ctx& c, DevPtr x, DevPtr y, const LinearW& f, DevPtr w, DevPtr s, int rows, int K, int N,
                     float scale_after, int round) {
   if (!f.quant || rows < 1 || rows > 8 || K % 32 || N < 1) return false;
-  const unsigned smem = mma_smem(K, rows);
+  const unsigned smem = mma_smem_bytes(K, rows);
   if (smem > mma_smem_max(c.l)) return false;
   const unsigned blocks = gemv_blocks(c.l);
   const int64_t tiles = (int64_t(N) + 15) / 16;
@@ -93,7 +91,7 @@ SyncSplit sync_split(const ExpertsLaunch& a, unsigned blocks) {
 
 bool try_experts_mma(Ctx& c, const ExpertsLaunch& a) {
   if (!a.f.quant || a.topk < 1 || a.topk > 8 || a.D % 32 || a.F % 32) return false;
-  const unsigned smem_up = mma_smem(a.D, 1), smem_down = mma_smem(a.F, a.topk);
+  const unsigned smem_up = mma_smem_bytes(a.D, 1), smem_down = mma_smem_bytes(a.F, a.topk);
   if (smem_up > mma_smem_max(c.l) || smem_down > mma_smem_max(c.l)) return false;
   const unsigned blocks = blocks_or(gemv_blocks(c.l));
   const int rb = 1;  // the model's numerics (the caller's branch)
@@ -136,7 +134,7 @@ bool try_experts_wo_ring(Ctx& c, const ExpertsLaunch& a) {
   const unsigned blocks = blocks_or(gemv_blocks(c.l));
   const auto [tiles_up, tiles_down, tps_down, s_up, s_down] = sync_split(a, blocks);
   const int span = mma_wo_down_span(a.topk, tps_down, kMmaWarps / s_down);
-  const unsigned smem_up = mma_smem(a.D, 2), smem_down = mma_smem(a.F, 2 * span);
+  const unsigned smem_up = mma_smem_bytes(a.D, 2), smem_down = mma_smem_bytes(a.F, 2 * span);
   if (smem_up > mma_smem_max(c.l) || smem_down > mma_smem_max(c.l)) return false;
   const std::string up = "smelt_moe_up_" + fmt + "_wo_ring", down = "smelt_moe_down_" + fmt + "_wo_ring";
   c.go(up.c_str(), grid(tiles_up, s_up, blocks), 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk, a.idx,

@@ -276,7 +276,10 @@ void run_experts(Ctx& c, bool routed) {
   // cost the V4.1-Flash slice's decode step 1.623 -> 1.514 ms (tensor-core path) and 1.804 -> 1.612 ms (weight-only
   // path; SMELT_CUDA_PDL_OFF sweeps, docs/performance.md). The shared expert, whose kernels load weights before
   // their wait, keeps it (off: +70 us).
-  c.after_previous = routed;
+  // $SMELT_CUDA_EXPERTS_PDL=1: launched early all the same (A/B timing; session 17, the up waiting for the routing
+  // before anything: 1.170-1.172 -> 1.231-1.234 ms, the sm_80 path 1.291 -> 1.307).
+  static const bool early = env_is("SMELT_CUDA_EXPERTS_PDL", "1");
+  c.after_previous = routed && !early;
   // Routed: the slots' outputs into l.out[0], times the routing weights unless up applied them (the model's
   // numerics do); swiglu_mlp's down kernel wrote l.out[0] itself.
   auto combine = [&](int weighted) {

@@ -22,7 +22,6 @@ struct FuseHcNorm : impl::SmeltFuseHcNormBase<FuseHcNorm> {
     mlir::ModuleOp module = getOperation();
     llvm::SmallVector<RmsNormOp> norms;
     module.walk([&](RmsNormOp n) { norms.push_back(n); });
-    mlir::Builder b(&getContext());
     for (RmsNormOp n : norms) {
       auto c = n.getX().getDefiningOp<HcCollapseOp>();
       if (!c || c.getNormAttr() || !c.getU().hasOneUse() || n.getGroups() != 1 || !n.getWeightAttr()) continue;

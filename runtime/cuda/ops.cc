@@ -177,6 +177,21 @@ struct U64Pack {
 
 bool is_round(const OpRef& op) { return detail::attr_s(op, "round") == "bf16"; }
 
+// Whether rows of len values take the register norm kernels (smelt_rms_norm_regs, smelt_hc_collapse_norm: up to 8
+// values a thread, weights loaded before the dependent-launch wait; the same bits as smelt_rms_norm at the same block).
+bool rms_norm_regs(int len) {
+  return detail::decode_kernels() && int64_t(len) <= 8 * int64_t(detail::rms_norm_threads(len));
+}
+
+// smelt.rms_norm's kernel over `segs` segments of len values (y may be x), the output rounded to bf16 when `round`;
+// `role` names the weight in errors.
+void rms_norm(Ctx& c, DevPtr x, DevPtr y, const DeviceWeight* w, unsigned segs, int len, float eps, bool round,
+              const char* role = "weight") {
+  const char* name = rms_norm_regs(len) ? (round ? "smelt_rms_norm_regs_bf16" : "smelt_rms_norm_regs")
+                                        : (round ? "smelt_rms_norm_bf16" : "smelt_rms_norm");
+  c.go(name, segs, 1, 1, detail::rms_norm_threads(len), 0, x, y, ptr(w), detail::float_dt(c, w, role), len, eps);
+}
+
 // Decode (one row) attention split over the key list, same bits (kernels/attention/attention_decode.cu): tiles x
 // heads blocks instead of one block per head. The scratch is carved whatever the row count, so prepare sizes it.
 bool split_attention(Ctx& c, const AttnArgs& a) {
@@ -405,18 +420,16 @@ void run_v4(Ctx& c) {
         break;
       }
       const bool cr = detail::attr_s(op, "collapse_round") == "bf16";
-      const unsigned threads = detail::rms_norm_threads(D);
       const float eps = float(op.f("norm_eps"));
-      if (detail::decode_kernels() && int64_t(D) <= 8 * int64_t(threads)) {  // one launch, the two kernels' bits
+      if (rms_norm_regs(D)) {  // one launch, the two kernels' bits
         const std::string name = std::string("smelt_hc_collapse_norm") + (cr ? "_cr" : "") + (c.round_done ? "_bf16" : "");
-        c.go(name.c_str(), R, 1, 1, threads, 0, l.in[0], l.in[1], n, l.out[0], ptr(norm),
+        c.go(name.c_str(), R, 1, 1, detail::rms_norm_threads(D), 0, l.in[0], l.in[1], n, l.out[0], ptr(norm),
              detail::float_dt(c, norm, "norm"), D, eps);
         break;
       }
       c.go(cr ? "smelt_hc_collapse_bf16" : "smelt_hc_collapse", cdiv(D, 256), R, 1, 256, 0, l.in[0], l.in[1], n, D,
            l.out[0]);
-      c.go(c.round_done ? "smelt_rms_norm_bf16" : "smelt_rms_norm", R, 1, 1, threads, 0, l.out[0], l.out[0], ptr(norm),
-           detail::float_dt(c, norm, "norm"), D, eps);  // in place (the kernel allows it)
+      rms_norm(c, l.out[0], l.out[0], norm, R, D, eps, c.round_done, "norm");  // in place (the kernels allow it)
       break;
     }
     case OpKind::HcExpand: {
@@ -439,16 +452,8 @@ void run_v4(Ctx& c) {
     }
     case OpKind::RmsNorm: {
       const int groups = int(op.i("groups")), len = int(l.in_w[0] / groups);
-      const DeviceWeight* w = weight(l, 0);
       c.round_done = is_round(op);
-      const unsigned threads = detail::rms_norm_threads(len);
-      // Up to 8 values a thread: weights loaded before the dependent-launch wait, values kept in registers (same
-      // bits at the same block size).
-      const bool regs = detail::decode_kernels() && int64_t(len) <= 8 * int64_t(threads);
-      const char* name = regs ? (c.round_done ? "smelt_rms_norm_regs_bf16" : "smelt_rms_norm_regs")
-                              : (c.round_done ? "smelt_rms_norm_bf16" : "smelt_rms_norm");
-      c.go(name, unsigned(rows * groups), 1, 1, threads, 0, l.in[0], l.out[0], ptr(w), detail::float_dt(c, w, "weight"),
-           len, float(op.f("eps")));
+      rms_norm(c, l.in[0], l.out[0], weight(l, 0), unsigned(rows * groups), len, float(op.f("eps")), c.round_done);
       break;
     }
     case OpKind::Linear: {

@@ -2,8 +2,8 @@
 // (a dry run that only sums the scratch the op carves) and run_op (the real launches), so the two can never
 // disagree about scratch sizes.
 #pragma once
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -113,12 +113,12 @@ inline int split_or(int forced, int rule, int most = 8) {
 // (sm_120 allows 99 KiB).
 constexpr int kGemvThreads = 512;
 constexpr unsigned kGemvMaxSmem = 96 * 1024;
-// Blocks of a decode GEMV: two per multiprocessor (all resident at once: <= 64 registers per thread), each
-// staging its activation row once and walking column groups.
 // smelt_rms_norm's block: ~4 values a thread, from len only (row-count invariant): 5120 -> 1024 threads, 128 -> 32.
 inline unsigned rms_norm_threads(int64_t len) {
   return unsigned(std::clamp<int64_t>(cdiv(cdiv(len, 4), 32) * 32, 32, 1024));
 }
+// Blocks of a decode GEMV: two per multiprocessor (all resident at once: <= 64 registers per thread), each
+// staging its activation row once and walking column groups.
 inline unsigned gemv_blocks(const OpLaunch& l) { return unsigned(2 * (l.sms > 0 ? l.sms : 132)); }
 // $SMELT_CUDA_DECODE_KERNELS=0: the warp-per-column kernels at decode too (A/B timing, bisecting).
 bool decode_kernels();

@@ -90,10 +90,11 @@ def SmeltScheduleStreams : Pass<"smelt-schedule-streams", "::mlir::ModuleOp"> {
   let summary = "Mark the ops a GPU backend may run on its side stream (stream = 1)";
   let description = [{
     Sets `stream = 1` on every compute op named in side-ops (default: smelt.hc_mix, whose outputs are read only
-    by the next hc_collapse / hc_expand, and the attention's kv and indexer projections, which run beside the q
-    path); `OP@NAME` narrows an entry to the ops with a weight under NAME, and with follow (default) an op whose
-    every operand comes from a marked op is marked too (the kv branch's norm and rope after smelt.linear@attn.wkv),
-    unless it references states (an op with states is marked only when selected). With hoist (default) each
+    by the next hc_collapse / hc_expand, the attention's kv and indexer projections, which run beside the q
+    path, and under fp32 numerics the quantized shared expert, beside the routed experts); `OP@NAME` narrows an
+    entry to the ops with a weight under NAME, `OP#MODE` to those whose `numerics` is MODE, and with follow
+    (default) an op whose every operand comes from a marked op is marked too (the kv branch's norm and rope after
+    smelt.linear@attn.wkv), unless it references states (an op with states is marked only when selected). With hoist (default) each
     marked op moves up to just after its operands' producers, the previous marked op and the previous op that
     shares one of its states, so that the arena gives its buffers to it alone. The cuda runtime runs them on a
     second stream, starting each after the last op it depends on and making the main stream wait where a later op
@@ -102,8 +103,9 @@ def SmeltScheduleStreams : Pass<"smelt-schedule-streams", "::mlir::ModuleOp"> {
   }];
   let options = [
     ListOption<"sideOps", "side-ops", "std::string",
-               "op names to mark, OP@NAME for the OP ops with a weight under NAME (smelt.linear@attn.wkv); "
-               "default smelt.hc_mix and the kv / indexer projections (schedule_streams.cc); none: no op">,
+               "op names to mark, OP@NAME for the OP ops with a weight under NAME (smelt.linear@attn.wkv), "
+               "OP#MODE for those with numerics = MODE (smelt.swiglu_mlp#fp32); default smelt.hc_mix, the kv / "
+               "indexer projections and smelt.swiglu_mlp#fp32 (schedule_streams.cc); none: no op">,
     Option<"follow", "follow", "bool", /*default=*/"true",
            "also mark an op whose every operand comes from a marked op (unless it has states)">,
     Option<"hoist", "hoist", "bool", /*default=*/"true",

@@ -23,17 +23,34 @@ namespace {
 
 // The default marks (docs/performance.md "The side stream" has what each choice measured): hc_mix, and the
 // attention's kv branch (wkv -> kv_norm -> rope -> fake_quant) and the indexer's q and weights projections, which
-// run beside the q path (wq_a -> q_norm -> wq_b): V4.1-Flash slice 1.468 -> 1.420 ms a step (H200).
+// run beside the q path (wq_a -> q_norm -> wq_b): V4.1-Flash slice 1.468 -> 1.420 ms a step (H200). The quantized
+// shared expert under fp32 numerics (the weight-only kernels of the sm_80 path) beside the routing and the routed
+// experts: 1.290-1.292 -> 1.279-1.285 ms (session 18); with the model's numerics (the sm_90 path's act-quant
+// tensor-core GEMVs) it measured slower there (1.170-1.179 -> 1.244-1.252), so it is not marked then.
 std::vector<std::string> default_side_ops() {
-  return {"smelt.hc_mix", "smelt.linear@attn.wkv", "smelt.linear@indexer.wq_b", "smelt.linear@indexer.weights_proj"};
+  return {"smelt.hc_mix", "smelt.linear@attn.wkv", "smelt.linear@indexer.wq_b", "smelt.linear@indexer.weights_proj",
+          "smelt.swiglu_mlp#fp32"};
 }
 
 // One side-ops entry: an op name, optionally with `@NAME` (only the ops whose weights include one named
-// `...NAME.<leaf>` or `...NAME`, e.g. smelt.linear@attn.wkv: layer l's @layers.l.attn.wkv.weight).
+// `...NAME.<leaf>` or `...NAME`, e.g. smelt.linear@attn.wkv: layer l's @layers.l.attn.wkv.weight) and then with
+// `#MODE` (only the ops whose `numerics` attribute is MODE, e.g. smelt.swiglu_mlp#fp32).
 struct Selector {
-  std::string op, weight;  // weight: "" (any op named op) or ".NAME"
+  std::string op, weight, numerics;  // weight: "" (any op named op) or ".NAME"; numerics: "" (any)
+  static Selector parse(std::string e) {
+    Selector s;
+    if (const size_t hash = e.find('#'); hash != std::string::npos) s.numerics = e.substr(hash + 1), e.resize(hash);
+    const size_t at = e.find('@');
+    s.op = e.substr(0, at);
+    if (at != std::string::npos && at + 1 < e.size()) s.weight = "." + e.substr(at + 1);
+    return s;
+  }
   bool matches(mlir::Operation* o) const {
     if (o->getName().getStringRef() != op) return false;
+    if (!numerics.empty()) {
+      auto n = o->getAttrOfType<mlir::StringAttr>("numerics");
+      if (!n || n.getValue() != numerics) return false;
+    }
     if (weight.empty()) return true;
     for (const SymbolUse& w : weight_uses(o))
       if (w.ref && (w.ref.getValue().ends_with(weight) || w.ref.getValue().contains(weight + "."))) return true;
@@ -91,9 +108,7 @@ struct ScheduleStreams : impl::SmeltScheduleStreamsBase<ScheduleStreams> {
     std::vector<Selector> selectors;
     for (const std::string& e : entries) {
       if (e == "none") continue;  // side-ops=none: mark nothing
-      const size_t at = e.find('@');
-      if (at == std::string::npos) selectors.push_back({e, ""});
-      else selectors.push_back({e.substr(0, at), at + 1 < e.size() ? "." + e.substr(at + 1) : ""});
+      selectors.push_back(Selector::parse(e));
     }
     mlir::Builder b(&getContext());
     llvm::DenseSet<mlir::Operation*> marked;

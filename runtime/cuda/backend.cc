@@ -542,14 +542,14 @@ void CudaBackend::launch_side_after(int m, int rows) {
     OpLaunch& l = ops_[size_t(k)];
     check(d_.cuEventRecord(side_fork_, stream_), "recording events");
     check(d_.cuStreamWaitEvent(side_, side_fork_, 0), "forking the side stream");
-    l.stream = side_, l.scratch = side_scratch_, l.sms = side_sms_;
+    l.stream = side_, l.scratch = side_scratch_, l.sms = side_sms_, l.side = true;
     try {
       run_op_at(size_t(k), rows);
     } catch (...) {
-      l.stream = stream_, l.scratch = scratch_, l.sms = dev_.sms;
+      l.stream = stream_, l.scratch = scratch_, l.sms = dev_.sms, l.side = false;
       throw;
     }
-    l.stream = stream_, l.scratch = scratch_, l.sms = dev_.sms;  // run_one runs it on the main stream
+    l.stream = stream_, l.scratch = scratch_, l.sms = dev_.sms, l.side = false;  // run_one runs it on the main stream
     const int slot = side_slots_++;
     if (size_t(slot) == side_done_.size()) {
       CUevent e = nullptr;

@@ -51,6 +51,7 @@ struct OpLaunch {
   DevPtr state[4] = {};                  // F32 states, row-major [state_rows, state_cols]
   int64_t state_rows[4] = {}, state_cols[4] = {};
   void* stream = nullptr;                // CUstream
+  bool side = false;                     // on the side stream (an op marked stream = 1, while the side stream is on)
   DevPtr scratch = 0;                    // per-op scratch, as large as the launcher asked at prepare time
   Launcher* backend = nullptr;
   int sms = 0;                           // the GPU's multiprocessors (sizes persistent grids; 0 = unknown)

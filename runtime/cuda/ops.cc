@@ -295,6 +295,13 @@ void run_experts(Ctx& c, bool routed) {
   // before anything: 1.170-1.172 -> 1.231-1.234 ms, the sm_80 path 1.291 -> 1.307).
   static const bool early = env_is("SMELT_CUDA_EXPERTS_PDL", "1");
   c.after_previous = routed && !early;
+  // The shared expert on the side stream (smelt-schedule-streams marks it under fp32 numerics): its down is launched
+  // once its up has finished, not early by dependent launch, so that its waiting blocks do not hold the
+  // multiprocessors the main stream's routed experts are launched onto. H200, V4.1 slice, sm_80-path plan: 1.295 ->
+  // 1.283-1.285 ms with it on the side stream, 1.249-1.251 with this too (session 18).
+  // $SMELT_CUDA_SIDE_EXPERT_PDL=1: launched early all the same (A/B timing).
+  static const bool side_early = env_is("SMELT_CUDA_SIDE_EXPERT_PDL", "1");
+  c.serial_rest = !routed && l.side && !side_early;
   // Routed: the slots' outputs into l.out[0], times the routing weights unless up applied them (the model's
   // numerics do); swiglu_mlp's down kernel wrote l.out[0] itself.
   auto combine = [&](int weighted) {

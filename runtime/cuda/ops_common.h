@@ -21,6 +21,8 @@ struct Ctx {
   uint64_t used = 0;           // scratch bytes carved so far
   bool round_done = false;     // the op applied its `round` attribute itself
   bool after_previous = false; // the next go() without programmatic dependent launch (Launcher::launch)
+  bool serial_rest = false;    // every go() after the op's first one without it (a side-stream shared expert's down)
+  int launched = 0;            // go() calls that launched a kernel
   Prepare* prep = nullptr;     // prepare: where the weights' readers are recorded
 
   // Prepare: quantized weight w is read by act-quant kernels (tile order on sm_89+) or by weight-only ones.
@@ -40,9 +42,10 @@ struct Ctx {
 
   template <class... Ts>
   void go(const char* name, unsigned gx, unsigned gy, unsigned gz, unsigned block, unsigned shmem, const Ts&... args) {
-    const bool programmatic = !after_previous;
+    const bool programmatic = !after_previous && !(serial_rest && launched > 0);
     after_previous = false;
     if (dry || gx == 0 || gy == 0 || gz == 0) return;
+    ++launched;
     void* a[] = {const_cast<void*>(static_cast<const void*>(&args))..., nullptr};
     l.backend->launch(l, name, gx, gy, gz, block, shmem, a, programmatic);
   }

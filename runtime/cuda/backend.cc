@@ -46,9 +46,9 @@ const std::set<std::string>& pdl_off_kernels() {
 // hc_expand: V4.1-Flash slice decode 1.511 -> 1.463 ms a step, and the attention's kv and indexer projections:
 // 1.468 -> 1.420). A marked op touches arena buffers, states (counted whole, as written: plan_side_stream), weights
 // and its own scratch.
-// Tried and dropped: swiglu_mlp (the shared expert) beside the routing and the routed experts, 1.463 -> 1.554 ms:
-// its persistent GEMVs hold the multiprocessors the routed experts' up then waits for, and it loses its weight
-// prefetch under programmatic dependent launch.
+// swiglu_mlp (the shared expert) beside the routing and the routed experts: marked only under fp32 numerics (the sm_80
+// path: 1.295 -> 1.251 ms with its down launched after its up, ops.cc run_experts); with the act-quant tensor-core
+// kernels it measured slower (session 8: 1.463 -> 1.554 ms; session 18: 1.175 -> 1.181-1.203 at best).
 bool side_kind(const OpRef& op) {
   auto it = op.attrs.find("stream");
   return it != op.attrs.end() && it->second.i == 1;

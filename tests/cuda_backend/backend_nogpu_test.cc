@@ -119,3 +119,65 @@ TEST(CudaPlan, CubinSymbolTablesNameTheEntryPoints) {
   EXPECT_TRUE(cuda::cubin_functions(std::vector<uint8_t>(100, 7)).empty());  // not an ELF
 }
 #endif
+
+#ifdef SMELT_CUDA_TEST_PLAN
+namespace {
+
+// A launcher that only records which kernels an op launches and whether by programmatic dependent launch.
+struct RecordingLauncher : cuda::Launcher {
+  std::vector<std::pair<std::string, bool>> launches;
+  void launch(const cuda::OpLaunch&, const char* name, unsigned, unsigned, unsigned, unsigned, unsigned, void**,
+              bool programmatic) override {
+    launches.emplace_back(name, programmatic);
+  }
+};
+
+}  // namespace
+
+// The shared expert (swiglu_mlp): on the main stream both its kernels may be launched early (programmatic dependent
+// launch; its up loads weights before its wait); on the side stream its down is launched only once its up has
+// finished, so that the down's waiting blocks do not hold the multiprocessor slots the routed experts are launched
+// onto (runtime/cuda/ops.cc run_experts, docs/performance.md "Session 18").
+TEST(CudaLaunchers, SideStreamSharedExpertDownWaitsForItsUp) {
+  smelt::runtime::Plan plan = smelt::runtime::Plan::load(SMELT_CUDA_TEST_PLAN);
+  const smelt::runtime::OpRef* op = nullptr;
+  for (const auto& o : plan.ops())
+    if (o.spec->kind == smelt::runtime::OpKind::SwigluMlp) {
+      op = &o;
+      break;
+    }
+  ASSERT_NE(op, nullptr) << "the tiny plan has a shared expert";
+  std::vector<cuda::DeviceWeight> w(op->weights.size());
+  cuda::OpLaunch l;
+  for (size_t j = 0; j < w.size(); ++j) {
+    const int id = op->weights[j];
+    ASSERT_GE(id, 0);
+    w[j].id = id;
+    w[j].ptr = 0x100000ull * (j + 1);
+    w[j].dtype = plan.fb().weights()->Get(id)->dtype();
+    w[j].shape = plan.weight_shape(id);
+    l.w.push_back(&w[j]);
+  }
+  RecordingLauncher rec;
+  l.plan = &plan;
+  l.op = op;
+  l.rows = 1;
+  l.step = 0x1000;
+  l.in[0] = 0x10000000, l.in_w[0] = plan.row_elems(op->inputs[0]);
+  l.out[0] = 0x20000000, l.out_w[0] = plan.row_elems(op->outputs[0]);
+  l.scratch = 0x30000000;
+  l.backend = &rec;
+  l.sms = 108;
+  l.arch = 80;
+  cuda::run_op(l);
+  ASSERT_GE(rec.launches.size(), 2u);
+  for (const auto& [name, programmatic] : rec.launches) EXPECT_TRUE(programmatic) << "main stream: " << name;
+  const size_t n = rec.launches.size();
+  rec.launches.clear();
+  l.side = true;
+  cuda::run_op(l);
+  ASSERT_EQ(rec.launches.size(), n);
+  EXPECT_TRUE(rec.launches[0].second) << rec.launches[0].first;
+  for (size_t k = 1; k < n; ++k) EXPECT_FALSE(rec.launches[k].second) << "side stream: " << rec.launches[k].first;
+}
+#endif

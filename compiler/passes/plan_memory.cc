@@ -4,6 +4,15 @@
 // returned value lives to the return). Values are placed in definition order at the lowest offset that does not
 // overlap any placed value whose live range overlaps its own (first fit). Ranges are closed, so an op's
 // outputs never alias its inputs (the input's range reaches the op) nor each other (same start).
+// Side-stream ops (`stream = 1`, smelt-schedule-streams) run beside the main stream's ops that follow them, so every
+// value a side op writes stays live until the side stream is known to be done with it on the main stream: the
+// first main op after it that reads a result of it or of a later side op (the side stream runs in order; the cuda
+// runtime makes that op wait), else the end. Without this a main op placed in the meantime could take such a
+// buffer, and the runtime would then hold it back until the side op finished (wq_a's output took the kv branch's
+// bytes on the sm_80-path plan: wq_a waited ~14 us a layer for the branch's GEMV, norm and rope; 1.251 -> 1.213 ms
+// a step with this, session 18). side-live=all keeps what a side op reads live too: measured the same there and
+// 7 us slower on the sm_90 plan, whose wq_b then no longer waited for the kv branch's GEMV and, launched early,
+// took the multiprocessor slots that GEMV needed (the layer 0 kv branch ended 12 us later).
 #include <map>
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -26,6 +35,43 @@ struct Slot {
   int64_t bytes;
   int64_t offset = -1;
 };
+
+bool on_side(mlir::Operation* op) {
+  auto s = op->getAttrOfType<mlir::IntegerAttr>("stream");
+  return s && s.getInt() == 1;
+}
+
+// The header's rule for side ops: each value a side op S writes (and, with operands, reads) lives at least until
+// join(S), the first main op after S with an operand defined by S or by a later side op (n: the end of the function).
+void extend_side_values(mlir::Block& body, const llvm::DenseMap<mlir::Operation*, int64_t>& index, int64_t n,
+                        bool operands, std::vector<Slot>& slots) {
+  std::vector<mlir::Operation*> ops;
+  for (mlir::Operation& op : body) ops.push_back(&op);
+  // latest[i]: for main op i, the index of the latest side op whose result it reads (-1: none).
+  std::vector<int64_t> latest(ops.size(), -1);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (on_side(ops[i])) continue;
+    for (mlir::Value v : ops[i]->getOperands())
+      if (mlir::Operation* d = v.getDefiningOp(); d && d->getBlock() == &body && on_side(d))
+        latest[i] = std::max(latest[i], index.lookup(d));
+  }
+  llvm::DenseMap<mlir::Value, int64_t> until;
+  for (size_t k = 0; k < ops.size(); ++k) {
+    if (!on_side(ops[k])) continue;
+    int64_t join = n;
+    for (size_t i = k + 1; i < ops.size(); ++i)
+      if (latest[i] >= int64_t(k)) {
+        join = int64_t(i);
+        break;
+      }
+    auto extend = [&](mlir::Value v) { until[v] = std::max(until.lookup(v), join); };
+    if (operands)
+      for (mlir::Value v : ops[k]->getOperands()) extend(v);
+    for (mlir::Value v : ops[k]->getResults()) extend(v);
+  }
+  for (Slot& s : slots)
+    if (auto it = until.find(s.value); it != until.end()) s.end = std::max(s.end, it->second);
+}
 
 struct PlanMemory : impl::SmeltPlanMemoryBase<PlanMemory> {
   using SmeltPlanMemoryBase::SmeltPlanMemoryBase;
@@ -56,6 +102,7 @@ struct PlanMemory : impl::SmeltPlanMemoryBase<PlanMemory> {
     for (mlir::Operation& op : body)
       for (mlir::Value r : op.getResults()) add(r, index[&op]);
     if (!ok) return false;
+    if (sideLive != "none") extend_side_values(body, index, n, sideLive == "all", slots);
 
     for (size_t i = 0; i < slots.size(); ++i) {
       Slot& s = slots[i];
@@ -115,6 +162,10 @@ struct PlanMemory : impl::SmeltPlanMemoryBase<PlanMemory> {
     mlir::ModuleOp module = getOperation();
     if (maxRows <= 0) {
       module.emitError() << "smelt-plan-memory: max-rows must be positive, got " << int64_t(maxRows);
+      return signalPassFailure();
+    }
+    if (sideLive != "all" && sideLive != "results" && sideLive != "none") {
+      module.emitError() << "smelt-plan-memory: side-live must be all, results or none, got '" << sideLive << "'";
       return signalPassFailure();
     }
     auto forward = module.lookupSymbol<mlir::func::FuncOp>("forward");

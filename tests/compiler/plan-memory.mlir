@@ -2,7 +2,7 @@
 // RUN: smelt-opt %s -split-input-file --smelt-plan-memory=max-rows=2 | FileCheck %s
 // RUN: not smelt-opt %s -split-input-file --smelt-plan-memory=max-rows=0 2>&1 | FileCheck %s --check-prefix=ZERO
 // RUN: smelt-opt %s -split-input-file '--smelt-plan-memory=max-rows=2 side-live=all' | FileCheck %s --check-prefix=ALL
-// RUN: smelt-opt %s -split-input-file '--smelt-plan-memory=max-rows=2 side-live=none' | FileCheck %s --check-prefix=NONE
+// RUN: smelt-opt %s -split-input-file '--smelt-plan-memory=max-rows=2 side-live=results' | FileCheck %s --check-prefix=RESULTS
 // RUN: not smelt-opt %s -split-input-file '--smelt-plan-memory=max-rows=2 side-live=some' 2>&1 | FileCheck %s --check-prefix=BAD
 
 // Worked by hand (op index: 0 embedding, 1 attention, 2 window update, 3 linear, 4 return):
@@ -10,7 +10,7 @@
 //   %x  128 B, live [0, 2]: overlaps ids            -> 64
 //   %o  128 B, live [1, 3]: overlaps %x [64, 192)    -> 192 (0..128 would overlap %x)
 //   %l   64 B, live [3, 4]: overlaps only %o          -> 0
-// CHECK-LABEL: module attributes {smelt.arena_bytes = 320 : i64, smelt.max_rows = 2 : i64, smelt.passes = ["smelt-plan-memory{max-rows=2 side-live=results}"]}
+// CHECK-LABEL: module attributes {smelt.arena_bytes = 320 : i64, smelt.max_rows = 2 : i64, smelt.passes = ["smelt-plan-memory{max-rows=2 side-live=none}"]}
 // CHECK: func.func @forward(%{{.*}}: tensor<?x1xi32> {smelt.offset = 0 : i64})
 // CHECK: smelt.embedding {{.*}}offsets = array<i64: 64>
 // CHECK: smelt.sparse_attention {{.*}}offsets = array<i64: 192>
@@ -57,26 +57,27 @@ module {
 // -----
 
 // A side-stream op (stream = 1) runs beside the main ops after it until the first main op that reads a result of it
-// or of a later side op (the add, op 4), so what it writes stays live until then; side-live=all keeps what it reads
-// too, none neither. Ops: 0 %s (side), 1 %a, 2 %t (side, reads %s), 3 %b, 4 %c = add, 5 return; 128 B each.
-//   results (default): %x [-1, 1] -> 0; %s [0, 4] -> 128; %a [1, 3] -> 256; %t [2, 4] -> 0; %b [3, 4] -> 384;
-//                      %c [4, 5] -> 256 (arena 512)
-//   all:  %x extended to 4 -> 0, so %t -> 384 and %b -> 512 (arena 640)
-//   none: %s ends at 2 (its last reader), so %b takes its bytes, 128, while the side stream may still read them
-//         (the runtime would then hold %b back; arena 384)
-// CHECK-LABEL: module attributes {smelt.arena_bytes = 512 : i64
+// or of a later side op (the add, op 4). side-live=results keeps what it writes live until then, all also what it
+// reads, none (the default) neither. Ops: 0 %s (side), 1 %a, 2 %t (side, reads %s), 3 %b, 4 %c = add, 5 return;
+// 128 B each.
+//   none:    %x [-1, 1] -> 0; %s [0, 2] -> 128; %a [1, 3] -> 256; %t [2, 4] -> 0; %b [3, 4] takes %s's bytes, 128,
+//            while the side stream may still read them (the runtime then holds %b back); %c [4, 5] -> 256 (arena 384)
+//   results: %s extended to 4, so %b -> 384 (arena 512)
+//   all:     %x extended to 4 too, so %t -> 384 and %b -> 512 (arena 640)
+// CHECK-LABEL: module attributes {smelt.arena_bytes = 384 : i64
 // CHECK: func.func @forward(%{{.*}}: tensor<?x16xf32> {smelt.offset = 0 : i64})
 // CHECK-NEXT: smelt.linear {{.*}}offsets = array<i64: 128>, stream = 1 : i64
 // CHECK-NEXT: smelt.linear {{.*}}offsets = array<i64: 256>,
 // CHECK-NEXT: smelt.linear {{.*}}offsets = array<i64: 0>, stream = 1 : i64
-// CHECK-NEXT: smelt.linear {{.*}}offsets = array<i64: 384>,
+// CHECK-NEXT: smelt.linear {{.*}}offsets = array<i64: 128>,
 // CHECK-NEXT: smelt.add {{.*}}offsets = array<i64: 256>
+// RESULTS-LABEL: module attributes {smelt.arena_bytes = 512 : i64
+// RESULTS: smelt.linear {{.*}}offsets = array<i64: 0>, stream = 1 : i64
+// RESULTS-NEXT: smelt.linear {{.*}}offsets = array<i64: 384>,
+// RESULTS-NEXT: smelt.add {{.*}}offsets = array<i64: 256>
 // ALL-LABEL: module attributes {smelt.arena_bytes = 640 : i64
 // ALL: smelt.linear {{.*}}offsets = array<i64: 384>, stream = 1 : i64
 // ALL-NEXT: smelt.linear {{.*}}offsets = array<i64: 512>,
-// NONE-LABEL: module attributes {smelt.arena_bytes = 384 : i64
-// NONE: smelt.linear {{.*}}offsets = array<i64: 0>, stream = 1 : i64
-// NONE-NEXT: smelt.linear {{.*}}offsets = array<i64: 128>,
 // BAD: error: smelt-plan-memory: side-live must be all, results or none, got 'some'
 module {
   smelt.weight @w : tensor<16x16xf32> from "w" file 0 offset 0

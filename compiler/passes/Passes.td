@@ -94,9 +94,9 @@ def SmeltScheduleStreams : Pass<"smelt-schedule-streams", "::mlir::ModuleOp"> {
     path, and under fp32 numerics the quantized shared expert, beside the routed experts); `OP@NAME` narrows an
     entry to the ops with a weight under NAME, `OP#MODE` to those whose `numerics` is MODE, and with follow
     (default) an op whose every operand comes from a marked op is marked too (the kv branch's norm and rope after
-    smelt.linear@attn.wkv), unless it references states (an op with states is marked only when selected). With hoist (default) each
-    marked op moves up to just after its operands' producers, the previous marked op and the previous op that
-    shares one of its states, so that the arena gives its buffers to it alone. The cuda runtime runs them on a
+    smelt.linear@attn.wkv), unless it references states (an op with states is marked only when selected). With
+    hoist (default) each marked op moves up to just after its operands' producers, the previous marked op and the
+    previous op that shares one of its states, so that the arena gives its buffers to it alone. The cuda runtime runs them on a
     second stream, starting each after the last op it depends on and making the main stream wait where a later op
     needs its results, its buffers or its states (runtime/cuda/side_stream.h), so any op may be marked. Part of the
     default pipeline for GPU targets; the cpu backend ignores the attribute.

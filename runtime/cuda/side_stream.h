@@ -1,7 +1,7 @@
 // The side stream's schedule (runtime/cuda/backend.cc run_ops): some ops run on a second stream beside the main
 // stream's ops. The arena is planned in program order (compiler/passes/plan_memory.cc; side-live=results, opt-in,
-// keeps a side op's results live until its join), so which op may run beside which is decided here from the arena byte ranges each op
-// reads and writes, and the states it references (whole, as writes). Plain data, no CUDA:
+// keeps a side op's results live until its join), so which op may run beside which is decided here from the arena
+// byte ranges each op reads and writes, and the states it references (whole, as writes). Plain data, no CUDA:
 // tests/cuda_backend checks it without a GPU.
 #pragma once
 #include <cstdint>

@@ -7,7 +7,8 @@
 #   OUT/plan_generated.h  flatc's output for schemas/plan.fbs, and OUT/flatc, a stand-in that copies it
 #   OUT/plans.tar.xz      GPU-test plans (--target h200) + manifest.txt + the V4.1 golden checkpoints + the bench
 #                         plans (and models/v4flash_slice3/config.json for the side-by-side with transformers)
-# usage: scripts/gpu_plans.sh [OUT=gpu_carry]   (BUILD=build dir with smelt-compile, default build-cuda)
+# usage: scripts/gpu_plans.sh [OUT=gpu_carry]   (BUILD=build dir with smelt-compile, default build-cuda;
+#        PARTITIONED=0 leaves out the TP2 / PP2 plans, which only ctest -L gpu2 runs, on 2 GPUs)
 # OUT is not committed (.gitignore); the lead carries it to the GPU machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -79,6 +80,7 @@ for d in tests/golden/v4/*/; do
   # Partitioned (ctest -L gpu2, 2 GPUs through NCCL) against this TP1 plan on one GPU; NCCL sums in its own
   # order, so 1e-3 of the row's scale as for cuda vs cpu.
   for part in "tp2 --tp 2" "pp2 --pp 2"; do
+    [ "${PARTITIONED:-1}" = 1 ] || continue
     set -- $part
     if compile "${name}_$1" "$d" h200 "${@:2}"; then
       echo "${name}_$1|plans/${name}_$1.smelt|${d%/}|$(ids "$d/reference.safetensors" prompt_ids)|$(ids "$d/reference.safetensors" continuation_ids)|1e-3|plans/$name.smelt" >> "$M"
@@ -102,6 +104,7 @@ for d in "$SHARED"/goldens/v41/*/; do
   fi
   # V4.1 pipelined and tensor parallel (fp32 numerics; TP splits the quantized experts by whole experts).
   for split in pp2 tp2; do
+    [ "${PARTITIONED:-1}" = 1 ] || continue
     flag="--${split%2} 2"
     if [ -f "$OUT/work/plans/v41_${base}_fp32.smelt" ] && compile "v41_${base}_fp32_${split}" "$d" h200 --numerics fp32 $flag; then
       echo "v41_${base}_fp32_${split}|plans/v41_${base}_fp32_${split}.smelt|models/$base|$prompt|$decode|1e-3|plans/v41_${base}_fp32.smelt" >> "$M"
@@ -149,8 +152,10 @@ else
 fi
 rm -rf "$SLICE"
 
-# xz -9e: its 64 MiB window sees the cubins repeated across plans (ranks of partitioned plans, the same families in
-# every plan): ~21 MB instead of ~51 MB at the default level, which keeps the carry under the device's 64 MiB.
-tar -C "$OUT/work" -cf - . | xz -9e -T2 > "$OUT/plans.tar.xz"
+# One xz stream with a 768 MiB dictionary: the plans (40-80 MB each now, mostly cubins) repeat the same
+# kernel families, and xz -9e's 64 MiB window no longer spanned two plans (45 MB, over the device's 64 MiB carry with
+# the tree; session 19). With the window over all of them: ~24 MB for the single-GPU set (PARTITIONED=0), ~6 min on
+# one core, ~8 GB of memory here and 768 MiB to unpack there.
+tar -C "$OUT/work" -cf - . | xz -T1 --lzma2=preset=6,dict=768MiB > "$OUT/plans.tar.xz"
 rm -rf "$OUT/work"
 du -sh "$OUT"

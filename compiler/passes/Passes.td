@@ -119,17 +119,16 @@ def SmeltPlanMemory : Pass<"smelt-plan-memory", "::mlir::ModuleOp"> {
     Each SSA value of @forward gets a buffer of max_rows * row_elems * elem_size bytes (64-byte aligned).
     Buffers whose live ranges overlap never overlap in memory; an op's outputs never alias its inputs or
     each other. side-live=results keeps what a side-stream op (`stream = 1`) writes live until the first main op
-    that reads a result of it or of a later side op, all also what it reads, none (the default) neither: program
+    that reads a result of it or of a later side op (the default), all also what it reads, none neither: program
     order alone, and the runtime holds back a main op that would overwrite a running side op's buffers. H200 V4.1
-    slice (docs/performance.md, Session 18): results took the sm_80-path plan 1.251 -> 1.213 ms a step and left the
-    sm_90 plan at 1.176, but with it the GPU op-by-op test of the fused tiny plan (gpu.v41_tiny_full_fused.ops_mma)
-    failed at layer 2's engram op, unexplained, so it is opt-in until that is understood.
+    slice (docs/performance.md, Sessions 18-19): results took the sm_80-path plan 1.251 -> 1.213 ms a step and left
+    the sm_90 plan at 1.176.
     Results: `offsets` on each op, `smelt.offset` on the ids argument, `smelt.arena_bytes` and
     `smelt.max_rows` on the module.
   }];
   let options = [
     Option<"maxRows", "max-rows", "int64_t", /*default=*/"64", "largest chunk (rows) the arena is sized for">,
-    Option<"sideLive", "side-live", "std::string", /*default=*/"\"none\"",
+    Option<"sideLive", "side-live", "std::string", /*default=*/"\"results\"",
            "how long a side-stream op's buffers live: none (program order), results (what it writes, until its "
            "join), all (its operands too)">,
   ];

@@ -5,13 +5,12 @@
 // overlap any placed value whose live range overlaps its own (first fit). Ranges are closed, so an op's
 // outputs never alias its inputs (the input's range reaches the op) nor each other (same start).
 // Side-stream ops (`stream = 1`, smelt-schedule-streams) run beside the main stream's ops that follow them. With
-// side-live=results every value a side op writes stays live until the side stream is known to be done with it on the
-// main stream: the first main op after it that reads a result of it or of a later side op (the side stream runs in
-// order; the cuda runtime makes that op wait), else the end. Without it (side-live=none, the default) a main op
+// side-live=results (the default) every value a side op writes stays live until the side stream is known to be done
+// with it on the main stream: the first main op after it that reads a result of it or of a later side op (the side
+// stream runs in order; the cuda runtime makes that op wait), else the end. Without it (side-live=none) a main op
 // placed in the meantime may take such a buffer, and the runtime then holds it back until the side op finished:
 // wq_a's output took the kv branch's bytes on the sm_80-path plan, so wq_a waited ~14 us a layer for the branch's
-// GEMV, norm and rope; results: 1.251 -> 1.213 ms a step (session 18). Not the default yet: with it the GPU op-by-op
-// test of the fused tiny V4.1 plan failed at layer 2's engram op (docs/performance.md, Session 18), not explained.
+// GEMV, norm and rope; results: 1.251 -> 1.213 ms a step (session 18).
 // side-live=all keeps what a side op reads live too: the same on the sm_80 plan and 7 us slower on the sm_90 plan,
 // whose wq_b then no longer waited for the kv branch's GEMV and, launched early, took the slots that GEMV needed.
 #include <map>

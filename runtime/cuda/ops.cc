@@ -161,7 +161,9 @@ void linear(Ctx& c, DevPtr x, DevPtr y, const DeviceWeight* w, const DeviceWeigh
          scale_after, int(round));
     return;
   }
-  if (mma_kernels(c.l, 80) && try_linear_wo_mma(c, x, y, f, wp, sp, rows, K, N, 1, scale_after, round)) return;
+  if (mma_kernels(c.l, 80) && (try_linear_wo_ring(c, x, y, f, wp, sp, rows, K, N, 1, scale_after, round) ||
+                                try_linear_wo_mma(c, x, y, f, wp, sp, rows, K, N, 1, scale_after, round)))
+    return;  // tensor-core weight-only GEMVs (ops_mma.cc, ops_wo_mma.cc)
   const std::string name = weight_only_kernel(f, rows);
   c.go(name.c_str(), weight_only_blocks(c.l, rows, N, 1), 1, 1, 256, 0, x, y, wp, sp, int(rows), int(K), int(N),
        int(f.blk), scale_after, int(round));
@@ -475,10 +477,11 @@ void run_v4(Ctx& c) {
       const detail::LinearW f = detail::linear_format(c, weight(l, 0), weight(l, 1), "weight");
       if (f.quant) c.reads(weight(l, 0), false);
       if (K % 8) c.fail("the cuda linear kernels need K % 8 == 0, got " + std::to_string(K));
-      if (detail::mma_kernels(l, 80) && detail::try_linear_wo_mma(c, l.in[0], l.out[0], f, ptr(weight(l, 0)),
-                                                                   ptr(weight(l, 1)), rows, K, N, G, 1.f,
-                                                                   int(is_round(op)))) {
-        c.round_done = true;  // tensor-core weight-only GEMV (ops_wo_mma.cc)
+      const DevPtr wp = ptr(weight(l, 0)), sp = ptr(weight(l, 1));
+      if (detail::mma_kernels(l, 80) &&
+          (detail::try_linear_wo_ring(c, l.in[0], l.out[0], f, wp, sp, rows, K, N, G, 1.f, int(is_round(op))) ||
+           detail::try_linear_wo_mma(c, l.in[0], l.out[0], f, wp, sp, rows, K, N, G, 1.f, int(is_round(op))))) {
+        c.round_done = true;  // tensor-core weight-only GEMV (ops_mma.cc, ops_wo_mma.cc)
         break;
       }
       const std::string name = detail::weight_only_kernel(f, rows);  // FP8 wo_a: exact dequant, fp32 (as cpu)

@@ -144,4 +144,29 @@ bool try_experts_wo_ring(Ctx& c, const ExpertsLaunch& a) {
   return true;
 }
 
+// The weight-only FP8 / FP4 linear and grouped linear of one row (linear_mma.cu smelt_linear_*_wo_ring, sm_80+) on
+// the same ring, only with $SMELT_CUDA_LINEAR_RING=1: on the H200 it measured slower than the CUDA-core r1 kernels
+// (V4.1 slice, session 19: sm_80-path plan 1.208 -> 1.305-1.313 ms a step, its 18 FP8 linears 0.31 -> 0.42 ms eager;
+// wo_a on the sm_90 path 0.068 -> 0.101 ms), but sm_80 cards have half to two thirds of the H200's fp32 rate per byte
+// of bandwidth (A100 19.5 TFLOP/s over 2.0 TB/s, CMP 170HX 12.6 over 1.6; H200 67 over 4.2), where
+// the r1 kernels' FFMA decode weighs more: measure it there. The K split is the act-quant GEMVs' rule over
+// every group's tiles; the grid a persistent (blocks / G, 1, G).
+bool try_linear_wo_ring(Ctx& c, DevPtr x, DevPtr y, const LinearW& f, DevPtr w, DevPtr s, int rows, int K, int N,
+                        int G, float scale_after, int round) {
+  static const bool on = env_is("SMELT_CUDA_LINEAR_RING", "1");
+  const std::string fmt = f.fmt;
+  if (!on || rows != 1 || (fmt != "fp8" && fmt != "fp4") || K % 32 || N < 1 || G < 1 || G > 65535) return false;
+  // A 16-row tile reads one FP8 scale row: tiles start at multiples of 16 of the whole weight's rows.
+  if ((fmt == "fp8" && f.blk % 16) || (G > 1 && N % 16)) return false;
+  const unsigned smem = mma_smem_bytes(K, 2);
+  if (smem > mma_smem_max(c.l)) return false;
+  const unsigned blocks = gemv_blocks(c.l);
+  const int64_t tiles = (int64_t(N) + 15) / 16;
+  const int S = ksplit(tiles * G, K / 32, blocks, G == 1 ? N : 0);
+  const unsigned gx = std::min(grid(tiles, S, blocks), std::max(1u, blocks / unsigned(G)));
+  const std::string name = "smelt_linear_" + fmt + "_wo_ring";
+  c.go(name.c_str(), gx, 1, unsigned(G), kMmaWarps * 32, smem, x, y, w, s, K, N, int(f.blk), scale_after, round, S);
+  return true;
+}
+
 }  // namespace smelt::runtime::cuda::detail

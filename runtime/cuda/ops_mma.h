@@ -17,5 +17,9 @@ bool try_experts_mma(Ctx& c, const ExpertsLaunch& a);
 // numerics, sm_80+) on the same ring, in fp32 accuracy as the wo_mma kernels (ops_wo_mma.h), which take the other row
 // counts and formats.
 bool try_experts_wo_ring(Ctx& c, const ExpertsLaunch& a);
+// The weight-only FP8 / FP4 linear (G = 1) or grouped linear of one row (sm_80+) on the same ring, in fp32 accuracy
+// as the wo_mma kernels; other row counts, and every call without $SMELT_CUDA_LINEAR_RING=1, return false.
+bool try_linear_wo_ring(Ctx& c, DevPtr x, DevPtr y, const LinearW& f, DevPtr w, DevPtr s, int rows, int K, int N,
+                        int G, float scale_after, int round);
 
 }  // namespace smelt::runtime::cuda::detail

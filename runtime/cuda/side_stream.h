@@ -1,5 +1,5 @@
 // The side stream's schedule (runtime/cuda/backend.cc run_ops): some ops run on a second stream beside the main
-// stream's ops. The arena is planned in program order (compiler/passes/plan_memory.cc; side-live=results, opt-in,
+// stream's ops. The arena is planned in program order (compiler/passes/plan_memory.cc; side-live=results, the default,
 // keeps a side op's results live until its join), so which op may run beside which is decided here from the arena
 // byte ranges each op reads and writes, and the states it references (whole, as writes). Plain data, no CUDA:
 // tests/cuda_backend checks it without a GPU.

@@ -1,5 +1,6 @@
 // smelt-plan-memory: live ranges in program order, first fit, 64-byte aligned buffers of max-rows rows.
-// RUN: smelt-opt %s -split-input-file --smelt-plan-memory=max-rows=2 | FileCheck %s
+// RUN: smelt-opt %s -split-input-file '--smelt-plan-memory=max-rows=2 side-live=none' | FileCheck %s
+// RUN: smelt-opt %s -split-input-file --smelt-plan-memory=max-rows=2 | FileCheck %s --check-prefix=DEFAULT
 // RUN: not smelt-opt %s -split-input-file --smelt-plan-memory=max-rows=0 2>&1 | FileCheck %s --check-prefix=ZERO
 // RUN: smelt-opt %s -split-input-file '--smelt-plan-memory=max-rows=2 side-live=all' | FileCheck %s --check-prefix=ALL
 // RUN: smelt-opt %s -split-input-file '--smelt-plan-memory=max-rows=2 side-live=results' | FileCheck %s --check-prefix=RESULTS
@@ -58,7 +59,7 @@ module {
 
 // A side-stream op (stream = 1) runs beside the main ops after it until the first main op that reads a result of it
 // or of a later side op (the add, op 4). side-live=results keeps what it writes live until then, all also what it
-// reads, none (the default) neither. Ops: 0 %s (side), 1 %a, 2 %t (side, reads %s), 3 %b, 4 %c = add, 5 return;
+// reads (results is the default), none neither. Ops: 0 %s (side), 1 %a, 2 %t (side, reads %s), 3 %b, 4 %c = add, 5 return;
 // 128 B each.
 //   none:    %x [-1, 1] -> 0; %s [0, 2] -> 128; %a [1, 3] -> 256; %t [2, 4] -> 0; %b [3, 4] takes %s's bytes, 128,
 //            while the side stream may still read them (the runtime then holds %b back); %c [4, 5] -> 256 (arena 384)
@@ -71,6 +72,7 @@ module {
 // CHECK-NEXT: smelt.linear {{.*}}offsets = array<i64: 0>, stream = 1 : i64
 // CHECK-NEXT: smelt.linear {{.*}}offsets = array<i64: 128>,
 // CHECK-NEXT: smelt.add {{.*}}offsets = array<i64: 256>
+// DEFAULT: smelt.passes = ["smelt-plan-memory{max-rows=2 side-live=results}"]
 // RESULTS-LABEL: module attributes {smelt.arena_bytes = 512 : i64
 // RESULTS: smelt.linear {{.*}}offsets = array<i64: 0>, stream = 1 : i64
 // RESULTS-NEXT: smelt.linear {{.*}}offsets = array<i64: 384>,

@@ -339,4 +339,72 @@ TEST(WoMma, ExpertsRing) {
   check_experts(false, 1, 1, 1, 5120, 2304, 128, {0}, 1, 1, 143, Ring{true, 0, 0, 8, 8});
 }
 
+// The one-row linear and grouped linear on the ring (kernels/linear/linear_mma.cu smelt_linear_*_wo_ring): y [G N] for
+// x [G K] against the float64 oracle within the same bound, launched as runtime/cuda/ops_mma.cc's try_linear_wo_ring
+// does (shared memory mma_smem_bytes(K, 2), grid (blocks, 1, G)); `blocks` 0 takes the launcher's persistent grid.
+void check_linear_ring(bool fp4, int K, int N, int G, int blk, int S, unsigned blocks, uint32_t seed,
+                       bool specials = false) {
+  SCOPED_TRACE(std::string(fp4 ? "fp4" : "fp8") + " ring K " + std::to_string(K) + " N " + std::to_string(N) + " G " +
+               std::to_string(G) + " S " + std::to_string(S) + " blocks " + std::to_string(blocks));
+  QW q = make_qw(fp4, G * N, K, blk, seed);
+  auto x = randn(size_t(G) * K, seed + 1, 1.f);
+  if (specials) {
+    const float inf = std::numeric_limits<float>::infinity();
+    x[3] = inf;                                        // +inf in block 0 of group 0
+    if (G > 1) x[size_t(K) + 40] = std::nanf("");      // NaN in block 1 of group 1
+    x[64] = -inf, x[65] = 1e30f;                       // -inf and a huge value in block 2
+    if (!fp4) q.w[size_t(5) * K + 7] = 0x7F, q.w[size_t(N - 1) * K + K - 1] = 0xFF;  // NaN codes: columns 5, N-1
+    else q.w[size_t(6) * (K / 2)] = 0x00;  // a zero weight at k = 0 of column 6 (inf * 0 = NaN)
+  }
+  dequant(q);
+  const int nb = K / 32;
+  DevPtr dx = gpu().put(x), dw = gpu().put(q.w), ds = gpu().put(q.s);
+  DevPtr dy = gpu().alloc(size_t(G) * N * 4);
+  const unsigned groups = unsigned(smelt::runtime::cuda::mma_groups((N + 15) / 16, S));
+  const unsigned launcher = std::max(1u, 2u * unsigned(gpu().multiprocessors()) / unsigned(G));
+  const unsigned gx = std::min(groups, blocks ? blocks : launcher);
+  gpu().launch("linear", fp4 ? "smelt_linear_fp4_wo_ring" : "smelt_linear_fp8_wo_ring", gx, 1, unsigned(G), 256,
+               mma_smem_bytes(K, 2), dx, dy, dw, ds, K, N, q.blk, 1.0f, 0, S);
+  auto y = gpu().get<float>(dy, size_t(G) * N);
+  Err em;
+  for (int z = 0; z < G; ++z)
+    for (int n = 0; n < N; ++n) {
+      double exact = 0, mag = 0;
+      const float* xr = &x[size_t(z) * K];
+      const double* wr = &q.deq[size_t(z * N + n) * K];
+      for (int k = 0; k < K; ++k) exact += double(xr[k]) * wr[k], mag += std::fabs(double(xr[k]) * wr[k]);
+      em.add(y[size_t(z) * N + n], exact, mag, nb);
+    }
+  EXPECT_LE(em.worst, 1.0) << "ring kernel vs float64";
+  if (!specials) {
+    EXPECT_LE(em.rms(), std::ldexp(1.0, -21)) << "ring kernel: rms of |err| / mag";
+  }
+  EXPECT_EQ(em.nonfinite_mismatch, 0) << "ring kernel: inf / NaN differ from float64";
+  std::printf("  %s ring K %d N %d G %d S %d grid %u: worst/tol %.3g, rms err/mag %.3g\n", fp4 ? "fp4" : "fp8", K, N,
+              G, S, gx, em.worst, em.rms());
+}
+
+// Ragged N (a partial last tile), every K split, persistent grids of one and two blocks (a block walks several
+// groups), FP8 32- and 128-blocks, groups (grid z; N a multiple of 16, as the launcher requires), inf / NaN; then the
+// V4.1-Flash shapes the launcher takes (wq_a 5120 -> 1024, wq_b 1024 -> 32768, wkv 5120 -> 512, wo_a 8 x 4096 -> 1024)
+// with its grid and split.
+TEST(WoMma, LinearRing) {
+  NEED_GPU();
+  for (bool fp4 : {false, true})
+    for (int S : {1, 2, 4, 8}) {
+      check_linear_ring(fp4, 1280, 300, 1, 32, S, 0, 200 + S);
+      check_linear_ring(fp4, 1280, 300, 1, 128, S, 1, 210 + S);
+      check_linear_ring(fp4, 512, 80, 3, 32, S, 2, 220 + S);
+    }
+  for (bool fp4 : {false, true}) check_linear_ring(fp4, 256, 48, 2, 32, 2, 0, 230, true);
+  using smelt::runtime::cuda::mma_ksplit;
+  const unsigned blocks = 2u * unsigned(gpu().multiprocessors());
+  auto rule = [&](int K, int N, int G) { return mma_ksplit(int64_t((N + 15) / 16) * G, K / 32, blocks); };
+  check_linear_ring(false, 5120, 1024, 1, 32, rule(5120, 1024, 1), 0, 240);
+  check_linear_ring(false, 1024, 32768, 1, 32, rule(1024, 32768, 1), 0, 241);
+  check_linear_ring(false, 5120, 512, 1, 32, rule(5120, 512, 1), 0, 242);
+  check_linear_ring(false, 4096, 1024, 8, 32, rule(4096, 1024, 8), 0, 243);
+  check_linear_ring(true, 5120, 1024, 1, 32, rule(5120, 1024, 1), 0, 244);
+}
+
 }  // namespace

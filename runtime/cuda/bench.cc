@@ -339,6 +339,16 @@ nlohmann::ordered_json bench(const BenchOptions& o) {
   std::vector<CudaBackend::Span> spans = b.run_timed(&tok, pos + 1, 1);
   uint64_t total = sb.dense + sb.experts + sb.states;
   double achieved = double(total) / (step_ms * 1e-3);
+  // One eager prefill chunk (--chunk rows, else max_rows) after the decode steps, with an event before every kernel:
+  // where prefill's time goes (its wall time above includes the host's launches).
+  const int64_t chunk_at = pos + 2;
+  const int chunk_rows = int(std::min<int64_t>(o.chunk > 0 ? o.chunk : plan.max_rows(), max_seq - chunk_at));
+  std::vector<CudaBackend::KernelTime> kc;
+  if (chunk_rows > 1) {
+    std::vector<int32_t> ids(static_cast<size_t>(chunk_rows));
+    for (int i = 0; i < chunk_rows; ++i) ids[size_t(i)] = prompt[size_t(i % p)];
+    kc = b.run_profiled(ids.data(), chunk_at, chunk_rows, nullptr);
+  }
 
   nlohmann::ordered_json j;
   j["backend"] = "cuda";
@@ -380,6 +390,11 @@ nlohmann::ordered_json bench(const BenchOptions& o) {
   j["eager_step_ms"] = eager_ms;
   j["layers"] = layers;
   j["profile"] = profile_json(plan, kt, sb.op_bytes);
+  if (!kc.empty()) {
+    j["prefill_chunk_rows"] = chunk_rows;
+    j["prefill_chunk_position"] = chunk_at;
+    j["prefill_chunk_profile"] = profile_json(plan, kc, {});
+  }
   return j;
 }
 
@@ -453,6 +468,21 @@ std::string bench_text(const nlohmann::ordered_json& j) {
          o["name"].get<std::string>().c_str(), o["layer"].get<int>(), o["ms"].get<double>(), o["kernels"].get<int>(),
          double(o["bytes"].get<uint64_t>()) / 1e6, o["gbps"].get<double>());
   }
+  if (!j.contains("prefill_chunk_profile")) return s.str();
+  const auto& pc = j["prefill_chunk_profile"];
+  const int rows = j["prefill_chunk_rows"].get<int>();
+  const double ct = std::max(pc["total_ms"].get<double>(), 1e-9);
+  line("eager prefill chunk of %d rows at position %lld (an event before every kernel): %.3f ms GPU time, %.3f ms a "
+       "token",
+       rows, (long long)j["prefill_chunk_position"].get<int64_t>(), ct, ct / rows);
+  line("  %-24s %4s %7s %9s %6s", "op", "ops", "kernels", "ms", "%");
+  for (const auto& k : pc["op_kinds"])
+    line("  %-24s %4d %7d %9.3f %5.1f%%", k["name"].get<std::string>().c_str(), k["ops"].get<int>(),
+         k["kernels"].get<int>(), k["ms"].get<double>(), 100.0 * k["ms"].get<double>() / ct);
+  line("  %-32s %7s %9s %6s", "kernel", "launches", "ms", "%");
+  for (const auto& k : pc["kernels"])
+    line("  %-32s %7d %9.3f %5.1f%%", k["name"].get<std::string>().c_str(), k["kernels"].get<int>(),
+         k["ms"].get<double>(), 100.0 * k["ms"].get<double>() / ct);
   return s.str();
 }
 

@@ -72,6 +72,11 @@ bool mma_kernels(const OpLaunch& l, int min_arch) {
   return on && decode_kernels() && l.arch >= min_arch;
 }
 
+bool prefill_mma() {
+  static const bool on = !env_off("SMELT_CUDA_PREFILL_MMA");
+  return on;
+}
+
 int gemv_cpb(int nb, int64_t cols, unsigned blocks) {
   // ~2 items per thread per group, but enough groups to give every block work. SMELT_GEMV_ITEMS (1..8) overrides
   // the 2 for tuning runs: more items per group = more weight bytes per fold of nb serial adds, but more shared
@@ -151,6 +156,21 @@ void linear(Ctx& c, DevPtr x, DevPtr y, const DeviceWeight* w, const DeviceWeigh
         const std::string name = std::string("smelt_gemv_") + f.fmt + "_aq";
         c.go(name.c_str(), std::min<unsigned>(cdiv(N, cpb), gemv_blocks(c.l)), unsigned(rows), 1, kGemvThreads, smem, x,
              y, wp, sp, int(K), int(N), int(f.blk), scale_after, int(round), cpb);
+        return;
+      }
+    }
+    // Chunks the call above did not take (more rows than 8, or than the staging of K fits: K = 5120 takes 3) through
+    // the same kernels in groups of the most rows that fit: the weights are read once a group instead of once, by
+    // kernels far faster per byte than the exact chunk kernels below (H200, V4.1 slice, a 64-row prefill chunk: the
+    // linears and Engram's projection 172 -> 26 ms; docs/performance.md "Session 19"). A row's sums are then the
+    // ones decode gives it.
+    if (rows > 1 && prefill_mma() && mma_kernels(c.l, 89)) {
+      int g = std::min(rows, 8);
+      while (g >= 1 && !try_linear_mma(c, x, y, f, wp, sp, g, K, N, scale_after, round)) --g;
+      if (g >= 1) {
+        for (int r0 = g; r0 < rows; r0 += g)
+          try_linear_mma(c, x + DevPtr(r0) * DevPtr(K) * 4, y + DevPtr(r0) * DevPtr(N) * 4, f, wp, sp,
+                         std::min(g, rows - r0), K, N, scale_after, round);
         return;
       }
     }
@@ -321,6 +341,24 @@ void run_experts(Ctx& c, bool routed) {
     if (rows == 1 && detail::mma_kernels(l, 89) && detail::try_experts_mma(c, el)) {  // tensor-core block sums
       combine(0);
       c.round_done = !routed;  // swiglu_mlp: the down kernel rounded l.out[0] when the op asks
+      return;
+    }
+    // A chunk (prefill, draft verification): the same decode kernels a row at a time, its slots' x, idx, rw, h and out
+    // (H200, V4.1 slice, a 64-row prefill chunk: routed and shared experts 263 -> ~20 ms against the exact chunk
+    // kernels below, which read every selected expert once per slot at a fraction of the bandwidth).
+    auto row_launch = [&](int r) {
+      detail::ExpertsLaunch a = el;
+      const DevPtr slots = DevPtr(r) * DevPtr(topk);
+      a.x = l.in[0] + DevPtr(r) * DevPtr(D) * 4;
+      if (routed) a.idx = idx + slots * 4, a.rw = rw + slots * 4;
+      a.h = h + slots * DevPtr(F) * 4;
+      a.out = out + (routed ? slots : DevPtr(r)) * DevPtr(D) * 4;
+      return a;
+    };
+    if (rows > 1 && detail::prefill_mma() && detail::mma_kernels(l, 89) && detail::try_experts_mma(c, row_launch(0))) {
+      for (int r = 1; r < rows; ++r) detail::try_experts_mma(c, row_launch(r));
+      combine(0);
+      c.round_done = !routed;
       return;
     }
     if (D % 32 || F % 32) c.fail("FP8/FP4 experts need dim and inter multiples of 32");

@@ -129,6 +129,10 @@ bool decode_kernels();
 // $SMELT_CUDA_MMA=0 asks for the CUDA-core kernels, which give the cpu backend's bits exactly (the tensor-core
 // block sums are within a stated tolerance of them, not bit-identical: docs/performance.md "Tensor-core decode").
 bool mma_kernels(const OpLaunch& l, int min_arch);
+// Chunks of several rows (prefill, draft verification) through the one-row-at-a-time tensor-core decode kernels:
+// the act-quant linears in groups of up to 8 rows, the act-quant experts a row at a time (unless
+// $SMELT_CUDA_PREFILL_MMA=0: the exact CUDA-core chunk kernels, for A/B timing).
+bool prefill_mma();
 int gemv_cpb(int nb, int64_t cols, unsigned blocks);  // output columns per block group
 unsigned gemv_smem(int K, int rows_staged, int cpb, int terms_per_item, bool fp8);
 // The warp-per-column linear kernel for format f (weight-only dequant, fp32 math) at `rows` rows.

@@ -453,11 +453,14 @@ std::string bench_text(const nlohmann::ordered_json& j) {
     line("  %-24s %4d %7d %9.3f %5.1f%% %10.1f %8.1f", k["name"].get<std::string>().c_str(), k["ops"].get<int>(),
          k["kernels"].get<int>(), k["ms"].get<double>(), 100.0 * k["ms"].get<double>() / tot,
          double(k["bytes"].get<uint64_t>()) / 1e6, k["gbps"].get<double>());
+  auto kernel_table = [&](const nlohmann::ordered_json& profile, double total) {
+    line("  %-32s %7s %9s %6s", "kernel", "launches", "ms", "%");
+    for (const auto& k : profile["kernels"])
+      line("  %-32s %7d %9.3f %5.1f%%", k["name"].get<std::string>().c_str(), k["kernels"].get<int>(),
+           k["ms"].get<double>(), 100.0 * k["ms"].get<double>() / total);
+  };
   line("eager step by kernel:");
-  line("  %-32s %7s %9s %6s", "kernel", "launches", "ms", "%");
-  for (const auto& k : pr["kernels"])
-    line("  %-32s %7d %9.3f %5.1f%%", k["name"].get<std::string>().c_str(), k["kernels"].get<int>(),
-         k["ms"].get<double>(), 100.0 * k["ms"].get<double>() / tot);
+  kernel_table(pr, tot);
   std::vector<nlohmann::ordered_json> ops(pr["ops"].begin(), pr["ops"].end());
   std::stable_sort(ops.begin(), ops.end(),
                    [](const auto& x, const auto& y) { return x["ms"].template get<double>() > y["ms"].template get<double>(); });
@@ -479,10 +482,7 @@ std::string bench_text(const nlohmann::ordered_json& j) {
   for (const auto& k : pc["op_kinds"])
     line("  %-24s %4d %7d %9.3f %5.1f%%", k["name"].get<std::string>().c_str(), k["ops"].get<int>(),
          k["kernels"].get<int>(), k["ms"].get<double>(), 100.0 * k["ms"].get<double>() / ct);
-  line("  %-32s %7s %9s %6s", "kernel", "launches", "ms", "%");
-  for (const auto& k : pc["kernels"])
-    line("  %-32s %7d %9.3f %5.1f%%", k["name"].get<std::string>().c_str(), k["kernels"].get<int>(),
-         k["ms"].get<double>(), 100.0 * k["ms"].get<double>() / ct);
+  kernel_table(pc, ct);
   return s.str();
 }
 

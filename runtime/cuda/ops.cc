@@ -164,15 +164,12 @@ void linear(Ctx& c, DevPtr x, DevPtr y, const DeviceWeight* w, const DeviceWeigh
     // kernels far faster per byte than the exact chunk kernels below (H200, V4.1 slice, a 64-row prefill chunk: the
     // linears and Engram's projection 172 -> 26 ms; docs/performance.md "Session 19"). A row's sums are then the
     // ones decode gives it.
-    if (rows > 1 && prefill_mma() && mma_kernels(c.l, 89)) {
-      int g = std::min(rows, 8);
-      while (g >= 1 && !try_linear_mma(c, x, y, f, wp, sp, g, K, N, scale_after, round)) --g;
-      if (g >= 1) {
-        for (int r0 = g; r0 < rows; r0 += g)
-          try_linear_mma(c, x + DevPtr(r0) * DevPtr(K) * 4, y + DevPtr(r0) * DevPtr(N) * 4, f, wp, sp,
-                         std::min(g, rows - r0), K, N, scale_after, round);
-        return;
-      }
+    const int g = linear_mma_rows(c.l, K);
+    if (rows > 1 && g >= 1 && N >= 1 && prefill_mma() && mma_kernels(c.l, 89)) {
+      for (int r0 = 0; r0 < rows; r0 += g)
+        try_linear_mma(c, x + DevPtr(r0) * DevPtr(K) * 4, y + DevPtr(r0) * DevPtr(N) * 4, f, wp, sp,
+                       std::min(g, rows - r0), K, N, scale_after, round);
+      return;
     }
     DevPtr xu, xs;
     act_quant(c, x, rows, K, xu, xs);

@@ -52,11 +52,17 @@ unsigned grid(int64_t tiles, int S, unsigned blocks) {
 
 }  // namespace
 
+int linear_mma_rows(const OpLaunch& l, int K) {
+  if (K % 32) return 0;
+  int rows = 8;
+  while (rows >= 1 && mma_smem_bytes(K, rows) > mma_smem_max(l)) --rows;
+  return rows;
+}
+
 bool try_linear_mma(Ctx& c, DevPtr x, DevPtr y, const LinearW& f, DevPtr w, DevPtr s, int rows, int K, int N,
                     float scale_after, int round) {
-  if (!f.quant || rows < 1 || rows > 8 || K % 32 || N < 1) return false;
+  if (!f.quant || rows < 1 || N < 1 || rows > linear_mma_rows(c.l, K)) return false;
   const unsigned smem = mma_smem_bytes(K, rows);
-  if (smem > mma_smem_max(c.l)) return false;
   const unsigned blocks = gemv_blocks(c.l);
   const int64_t tiles = (int64_t(N) + 15) / 16;
   const int S = ksplit(tiles, K / 32, blocks, N);

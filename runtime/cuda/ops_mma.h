@@ -6,7 +6,9 @@
 
 namespace smelt::runtime::cuda::detail {
 
-// y = act_quant(x) W^T for rows <= 8 (the act-quant branch of linear()).
+// The most rows (<= 8) whose staging of K the act-quant tensor-core GEMVs fit in shared memory; 0 when K % 32.
+int linear_mma_rows(const OpLaunch& l, int K);
+// y = act_quant(x) W^T for rows <= linear_mma_rows(K) (the act-quant branch of linear()).
 bool try_linear_mma(Ctx& c, DevPtr x, DevPtr y, const LinearW& f, DevPtr w, DevPtr s, int rows, int K, int N,
                     float scale_after, int round);
 

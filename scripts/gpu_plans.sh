@@ -8,7 +8,8 @@
 #   OUT/plans.tar.xz      GPU-test plans (--target h200) + manifest.txt + the V4.1 golden checkpoints + the bench
 #                         plans (and models/v4flash_slice3/config.json for the side-by-side with transformers)
 # usage: scripts/gpu_plans.sh [OUT=gpu_carry]   (BUILD=build dir with smelt-compile, default build-cuda;
-#        PARTITIONED=0 leaves out the TP2 / PP2 plans, which only ctest -L gpu2 runs, on 2 GPUs)
+#        PARTITIONED=0 leaves out the TP2 / PP2 plans, which only ctest -L gpu2 runs, on 2 GPUs;
+#        BENCH_ONLY=1 builds only the bench plans, for a bench or profiling call: minutes instead of ~20)
 # OUT is not committed (.gitignore); the lead carries it to the GPU machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -74,6 +75,7 @@ compile() {  # compile NAME MODEL_DIR TARGET [extra smelt-compile args]
 }
 # V4 fixtures (checkpoints in the repository): fp32 everywhere, tolerance 1e-3 of the row's scale.
 for d in tests/golden/v4/*/; do
+  [ "${BENCH_ONLY:-0}" = 1 ] && break
   name=v4_$(basename "$d")
   compile "$name" "$d" h200
   echo "$name|plans/$name.smelt|${d%/}|$(ids "$d/reference.safetensors" prompt_ids)|$(ids "$d/reference.safetensors" continuation_ids)|1e-3" >> "$M"
@@ -93,6 +95,7 @@ done
 # the model's numerics (bf16 roundings, per-token FP8 activation quantization): 5e-2, because a 1-ulp
 # difference before a rounding point moves a value by a whole bf16 / FP8 step (see docs/performance.md).
 for d in "$SHARED"/goldens/v41/*/; do
+  [ "${BENCH_ONLY:-0}" = 1 ] && break
   [ -f "$d/model.safetensors" ] && [ -f "$d/tokens.json" ] || continue
   base=$(basename "$d")
   mkdir -p "$OUT/work/models/$base" && cp "$d/model.safetensors" "$OUT/work/models/$base/"
@@ -127,8 +130,10 @@ for d in "$SHARED"/goldens/v41/*/; do
   fi
 done
 # A plan for sm_80 only: on the H200 it must be refused with one sentence.
-compile arch_error examples/tiny-v4 sm_80
-echo "arch_error|plans/arch_error.smelt|examples/tiny-v4" >> "$M"
+if [ "${BENCH_ONLY:-0}" != 1 ]; then
+  compile arch_error examples/tiny-v4 sm_80
+  echo "arch_error|plans/arch_error.smelt|examples/tiny-v4" >> "$M"
+fi
 
 # The real-shape bench plan (docs/performance.md): a 4-layer full-width V4.1-Flash slice from a sparse checkpoint
 # (headers only). With --synthetic-weights the GPU machine needs no checkpoint, only the plan.

@@ -414,7 +414,7 @@ struct MmaSegment {
   int src_bytes[NW], bstr[NW], sh, b0_, b1_;  // bstr: bytes from a block of the tile to the next (wtile_off)
   u8* ring;
   // FP4: this lane's copy (its matrix's source, block stride and byte count, its shared destination in slot 0),
-  // chosen once in init() so that issue_fp4 costs no selects or 64-bit address arithmetic per block.
+  // chosen once in init() so that issue_fp4_group costs no selects or 64-bit address arithmetic per block.
   const u8* wsrc;
   int wstr, wbytes;
   u32 wdst;
@@ -423,9 +423,14 @@ struct MmaSegment {
   // per block for all 16 rows): the segment's bytes in shared memory, loaded once by prefetch(): a register ring in
   // the rolled FP8 loop had to shift down each group, and each move waited for the newest scale loads to land, so
   // only ~one group of blocks was really in flight per warp.
-  u32 sc[FP4 ? D : 1];
+  // FP4: the ring holds each scale row's bytes of 4 blocks as a word (scw[slot / 4][row], rows: matrix m's g at 2m,
+  // g + 8 at 2m + 1), loaded a word at a time where they are 4-aligned (words_) and byte by byte elsewhere; the
+  // permutes that make each block's scale word run when its group is consumed (group_scales), by when the loads
+  // have long landed (a byte a block and row, permuted at issue, had the issue wait for them: 16 loads a group).
+  u32 scw[FP4 ? D / 4 : 1][2 * NW];
   u8* scl;  // FP8: [NW][K/32] scale bytes of this warp's segment, block b at scl[m * nb + b - b0]
   int nb_;
+  bool words_;  // FP4: the scale rows and the segment's first block 4-aligned (issue_fp4_group's word loads)
 
   // warp_ring / warp_scales: mma_ring_offset(K, rows) + warp * kMmaRingBytes and
   // mma_ring_offset(K, rows) + kMmaWarps * kMmaRingBytes + warp * mma_scale_stride(K) in the kernel's shared memory.
@@ -478,34 +483,62 @@ struct MmaSegment {
     }
   }
 
-  // FP4: the copy of block b = bn + i into ring slot `slot` and its scales into `scale` when b < b1_; one commit group
-  // either way. sp: the scale pointers (matrix m rows g / g + 8 at 2m / 2m + 1) advanced to block bn, wp: this lane's
-  // copy source of block b. Predicated, not branched, and (unrolled: slot and i constants) addressed by immediate
-  // offsets from bases set once per group: the per-block issue this replaced spent ~35 instructions a block on 64-bit
-  // address arithmetic for four scale bytes and the copy and a branch, of the ~150 a block cost (SASS, H200).
-  __device__ __forceinline__ void issue_fp4(int slot, int i, bool ok, const u8* const* sp, const u8* wp, u32& scale) {
-    cp_async16_pf_if<SMELT_MMA_L2PF>(wdst + slot * SB, wp, wbytes, ok && wlane);
-    u32 h[NW];  // matrix m: bytes (row g, row g + 8) in the low half
-#pragma unroll
-    for (int m = 0; m < NW; ++m) {
-      const u32 a = ok ? u32(__ldg(sp[2 * m] + i)) : 0u, b = ok ? u32(__ldg(sp[2 * m + 1] + i)) : 0u;
-      h[m] = prmt(a, b, 0x1140u);  // bytes a, b, 0, 0 (a byte 1 is 0)
-    }
-    scale = NW == 2 ? prmt(h[0], h[NW - 1], 0x5410u) : h[0];  // byte permutes: the shift-or had cost twice as many
-    cp_async_commit();
-  }
-  // Blocks bn .. bn + n - 1 into slots j0 .. j0 + n - 1 (call unrolled: j0, n constants).
+  // FP4: blocks bn .. bn + n - 1 into slots j0 .. j0 + n - 1 (call unrolled: j0, n constants, multiples of 4), one
+  // commit group a block, the copies predicated on b < b1_ (no branch; immediate offsets from per-group bases: the
+  // per-block issue this replaced spent ~35 instructions a block on 64-bit address arithmetic, SASS, H200), and the
+  // group's scale words into scw. Words past b1_ (4-aligned rows: the row's next blocks; else 0) are never folded.
   __device__ __forceinline__ void issue_fp4_group(int j0, int n, int bn) {
     const u8* sp[2 * NW];
 #pragma unroll
     for (int m = 0; m < NW; ++m) sp[2 * m] = sA[m] + bn, sp[2 * m + 1] = sB[m] + bn;
     const u8* wp = wsrc + i64(bn) * wstr;
 #pragma unroll
-    for (int i = 0; i < n; ++i) issue_fp4(j0 + i, i, bn + i < b1_, sp, wp + i * wstr, sc[j0 + i]);
+    for (int q = 0; q < n; q += 4) {
+      u32* v = scw[(j0 + q) / 4];
+      if (words_) {
+        const bool ok = bn + q < b1_;
+#pragma unroll
+        for (int k = 0; k < 2 * NW; ++k) v[k] = ok ? __ldg(reinterpret_cast<const u32*>(sp[k] + q)) : 0u;
+      } else {
+#pragma unroll
+        for (int k = 0; k < 2 * NW; ++k) {
+          u32 b[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) b[i] = bn + q + i < b1_ ? u32(__ldg(sp[k] + q + i)) : 0u;
+          v[k] = prmt(prmt(b[0], b[1], 0x0040u), prmt(b[2], b[3], 0x0040u), 0x5410u);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        cp_async16_pf_if<SMELT_MMA_L2PF>(wdst + (j0 + q + i) * SB, wp + (q + i) * wstr, wbytes,
+                                         bn + q + i < b1_ && wlane);
+        cp_async_commit();
+      }
+    }
+  }
+
+  // FP4: the scale words of the G blocks in slots j0 .. j0 + G - 1 (j0 a multiple of 4): block j's bytes (matrix m
+  // row g at 2m, row g + 8 at 2m + 1) from byte j % 4 of its group's row words.
+  template <int G>
+  __device__ __forceinline__ void group_scales(int j0, u32* scale) const {
+    static_assert(G % 4 == 0, "whole scale words");
+#pragma unroll
+    for (int q = 0; q < G; q += 4) {
+      const u32* v = scw[(j0 + q) / 4];
+      // t: matrix 0's rows g / g + 8, blocks 0, 1 | 2, 3 interleaved; u: matrix 1's.
+      const u32 t0 = prmt(v[0], v[1], 0x5140u), t1 = prmt(v[0], v[1], 0x7362u);
+      if constexpr (NW == 2) {
+        const u32 u0 = prmt(v[2], v[3], 0x5140u), u1 = prmt(v[2], v[3], 0x7362u);
+        scale[q] = prmt(t0, u0, 0x5410u), scale[q + 1] = prmt(t0, u0, 0x7632u);
+        scale[q + 2] = prmt(t1, u1, 0x5410u), scale[q + 3] = prmt(t1, u1, 0x7632u);
+      } else {
+        scale[q] = t0 & 0xFFFFu, scale[q + 1] = t0 >> 16, scale[q + 2] = t1 & 0xFFFFu, scale[q + 3] = t1 >> 16;
+      }
+    }
   }
 
   // FP8: blocks bn .. bn + n - 1 into ring slots slot0 .. slot0 + n - 1 (call unrolled: n constant), one commit group
-  // a block, empty past the segment; predicated copies from per-group bases, as issue_fp4.
+  // a block, empty past the segment; predicated copies from per-group bases, as issue_fp4_group.
   __device__ __forceinline__ void issue_fp8_group(int slot0, int n, int bn) {
     const u8* wp[NW];
 #pragma unroll
@@ -521,11 +554,15 @@ struct MmaSegment {
     }
   }
 
-  // Blocks b0 .. b0 + D - 1 into slots 0 .. D - 1 (FP4: sc[j] = block b0 + j's scales); FP8: the segment's scale
+  // Blocks b0 .. b0 + D - 1 into slots 0 .. D - 1 (FP4: their scale words into scw); FP8: the segment's scale
   // bytes into shared memory (visible to the warp after run()'s first __syncwarp).
   __device__ __forceinline__ void prefetch(int b0, int b1) {
     b0_ = b0, b1_ = b1;
     if constexpr (FP4) {
+      u64 p = 0;
+#pragma unroll
+      for (int m = 0; m < NW; ++m) p |= reinterpret_cast<u64>(sA[m]) | reinterpret_cast<u64>(sB[m]);
+      words_ = ((u64(b0) | u64(nb_) | p) & 3) == 0;  // the rule's splits of the V4.1 shapes: nb 160, 72, b0 % 4 == 0
       issue_fp4_group(0, D, b0);
     } else {
       issue_fp8_group(0, D, b0);
@@ -651,7 +688,9 @@ struct MmaSegment {
     static_assert(D % G == 0, "the ring holds whole groups");
     if constexpr (FP4) {
       fp4_groups(b0, b1, [&](int bb, int j0) {
-        consume_group(bb + j0, b1, [&](int j) { consume<NC, NZ, HL>(j0 + j, bb + j0 + j, sc[j0 + j], xrow, xsl, acc); });
+        u32 scale[G];
+        group_scales<G>(j0, scale);
+        consume_group(bb + j0, b1, [&](int j) { consume<NC, NZ, HL>(j0 + j, bb + j0 + j, scale[j], xrow, xsl, acc); });
         __syncwarp();
         issue_fp4_group(j0, G, bb + j0 + D);
       });
@@ -710,8 +749,7 @@ struct MmaSegment {
     };
     fp4_groups(b0, b1, [&](int bb, int j0) {
       u32 scale[G];
-#pragma unroll
-      for (int j = 0; j < G; ++j) scale[j] = sc[j0 + j];
+      group_scales<G>(j0, scale);
       // Two blocks in flight: block j's wgmmas run while block j + 1's words convert (double-buffered fragments
       // and sums; a wait for all of them after each block left every warp idle for the MMA's latency).
       u32 a[2][NW][4];

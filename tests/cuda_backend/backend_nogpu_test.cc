@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -123,12 +124,56 @@ TEST(CudaPlan, CubinSymbolTablesNameTheEntryPoints) {
 #ifdef SMELT_CUDA_TEST_PLAN
 namespace {
 
-// A launcher that only records which kernels an op launches and whether by programmatic dependent launch.
+// A launcher that only records which kernels an op launches and whether by programmatic dependent launch, and
+// (args) each launch's first `keep` arguments as their first 8 bytes.
 struct RecordingLauncher : cuda::Launcher {
   std::vector<std::pair<std::string, bool>> launches;
-  void launch(const cuda::OpLaunch&, const char* name, unsigned, unsigned, unsigned, unsigned, unsigned, void**,
+  std::vector<std::vector<uint64_t>> args;
+  int keep = 0;
+  void launch(const cuda::OpLaunch&, const char* name, unsigned, unsigned, unsigned, unsigned, unsigned, void** a,
               bool programmatic) override {
     launches.emplace_back(name, programmatic);
+    std::vector<uint64_t> v;
+    for (int i = 0; i < keep; ++i) {
+      uint64_t x = 0;
+      std::memcpy(&x, a[i], sizeof(x));
+      v.push_back(x);
+    }
+    args.push_back(v);
+  }
+};
+
+// An OpLaunch of op over `rows` rows with stand-in addresses: weight j at 0x100000 (j + 1), input i at
+// 0x10000000 (i + 1), output i at 0x80000000 (i + 1), nothing dereferenced (the recording launcher runs nothing).
+struct FakeLaunch {
+  std::vector<cuda::DeviceWeight> w;
+  cuda::OpLaunch l;
+  FakeLaunch(const smelt::runtime::Plan& plan, const smelt::runtime::OpRef& op, int rows, cuda::Launcher& rec, int arch,
+             int sms) : w(op.weights.size()) {
+    for (size_t j = 0; j < w.size(); ++j) {
+      const int id = op.weights[j];
+      if (id < 0) {
+        l.w.push_back(nullptr);
+        continue;
+      }
+      w[j].id = id;
+      w[j].ptr = 0x100000ull * (j + 1);
+      w[j].dtype = plan.fb().weights()->Get(id)->dtype();
+      w[j].shape = plan.weight_shape(id);
+      l.w.push_back(&w[j]);
+    }
+    l.plan = &plan;
+    l.op = &op;
+    l.rows = rows;
+    l.step = 0x1000;
+    for (size_t i = 0; i < op.inputs.size() && i < 4; ++i)
+      if (op.inputs[i] >= 0) l.in[i] = 0x10000000ull * (i + 1), l.in_w[i] = plan.row_elems(op.inputs[i]);
+    for (size_t i = 0; i < op.outputs.size() && i < 3; ++i)
+      if (op.outputs[i] >= 0) l.out[i] = 0x80000000ull * (i + 1), l.out_w[i] = plan.row_elems(op.outputs[i]);
+    l.scratch = 0x300000000ull;
+    l.backend = &rec;
+    l.sms = sms;
+    l.arch = arch;
   }
 };
 
@@ -179,5 +224,70 @@ TEST(CudaLaunchers, SideStreamSharedExpertDownWaitsForItsUp) {
   ASSERT_EQ(rec.launches.size(), n);
   EXPECT_TRUE(rec.launches[0].second) << rec.launches[0].first;
   for (size_t k = 1; k < n; ++k) EXPECT_FALSE(rec.launches[k].second) << "side stream: " << rec.launches[k].first;
+}
+#endif
+
+#ifdef SMELT_CUDA_TEST_PLAN_V41
+// Chunks of several rows (prefill, draft verification) on sm_89+ run the decode tensor-core kernels
+// (runtime/cuda/ops.cc, docs/performance.md "Session 19"): an act-quant linear in groups of the most rows whose
+// staging fits shared memory (ops_mma.cc linear_mma_rows; K = 256 here: 8), each group's x and y offset by its first
+// row; the FP4 experts a row at a time, each row's x offset by the row. A row alone is one launch of the same
+// kernel. smelt_gemv_fp8_mma's arguments: x, y, w, s, rows, ...; the experts' up: x, ...
+TEST(CudaLaunchers, ChunksRunTheDecodeTensorCoreKernels) {
+  smelt::runtime::Plan plan = smelt::runtime::Plan::load(SMELT_CUDA_TEST_PLAN_V41);
+  const smelt::runtime::OpRef *lin = nullptr, *moe = nullptr;
+  for (const auto& o : plan.ops()) {
+    if (!lin && o.spec->kind == smelt::runtime::OpKind::Linear && o.attrs.count("act_quant")) lin = &o;
+    if (!moe && o.spec->kind == smelt::runtime::OpKind::MoeExperts) moe = &o;
+  }
+  ASSERT_NE(lin, nullptr) << "the V4.1 tiny backbone has act-quant linears";
+  ASSERT_NE(moe, nullptr) << "and routed experts";
+  for (int arch : {89, 90}) {
+    RecordingLauncher rec;
+    rec.keep = 5;
+    const int K = int(plan.row_elems(lin->inputs[0])), N = int(plan.row_elems(lin->outputs[0]));
+    ASSERT_EQ(K % 32, 0);
+    {
+      FakeLaunch one(plan, *lin, 1, rec, arch, 132);
+      cuda::run_op(one.l);
+      ASSERT_EQ(rec.launches.size(), 1u);
+      EXPECT_EQ(rec.launches[0].first, "smelt_gemv_fp8_mma");
+      EXPECT_EQ(uint32_t(rec.args[0][4]), 1u);
+    }
+    rec.launches.clear(), rec.args.clear();
+    const int rows = 19;  // groups of 8, 8, 3
+    FakeLaunch chunk(plan, *lin, rows, rec, arch, 132);
+    cuda::run_op(chunk.l);
+    ASSERT_EQ(rec.launches.size(), 3u) << "arch " << arch;
+    const int want[3] = {8, 8, 3};
+    for (int g = 0; g < 3; ++g) {
+      EXPECT_EQ(rec.launches[size_t(g)].first, "smelt_gemv_fp8_mma");
+      EXPECT_EQ(uint32_t(rec.args[size_t(g)][4]), uint32_t(want[g])) << "group " << g;
+      EXPECT_EQ(rec.args[size_t(g)][0], chunk.l.in[0] + uint64_t(8 * g) * K * 4) << "group " << g << " x";
+      EXPECT_EQ(rec.args[size_t(g)][1], chunk.l.out[0] + uint64_t(8 * g) * N * 4) << "group " << g << " y";
+    }
+
+    // The experts: the row kernels' up and down per row (wgmma on sm_90, mma.sync on sm_89), then one combine.
+    const std::string up = arch == 90 ? "smelt_moe_up_fp4_wgmma" : "smelt_moe_up_fp4_mma";
+    const std::string down = arch == 90 ? "smelt_moe_down_fp4_wgmma" : "smelt_moe_down_fp4_mma";
+    const int D = int(plan.row_elems(moe->inputs[0]));
+    for (int r : {1, 3}) {
+      rec.launches.clear(), rec.args.clear();
+      FakeLaunch ex(plan, *moe, r, rec, arch, 132);
+      cuda::run_op(ex.l);
+      std::vector<uint64_t> xs;
+      int ups = 0, downs = 0, combines = 0;
+      for (size_t k = 0; k < rec.launches.size(); ++k) {
+        const std::string& n = rec.launches[k].first;
+        if (n == up) ++ups, xs.push_back(rec.args[k][0]);
+        if (n == down) ++downs;
+        if (n == "smelt_moe_combine") ++combines;
+      }
+      EXPECT_EQ(ups, r) << "arch " << arch << ", rows " << r;
+      EXPECT_EQ(downs, r) << "arch " << arch << ", rows " << r;
+      EXPECT_EQ(combines, 1) << "arch " << arch << ", rows " << r;
+      for (int i = 0; i < int(xs.size()); ++i) EXPECT_EQ(xs[size_t(i)], ex.l.in[0] + uint64_t(i) * D * 4) << "row " << i;
+    }
+  }
 }
 #endif

@@ -483,6 +483,16 @@ struct MmaSegment {
     }
   }
 
+  // init() for one matrix w (scales ws) walked as NW tiles of 16 rows at once from row n0 (the linears' TPW tiles).
+  __device__ __forceinline__ void init_tiles(const u8* w, const u8* ws, i64 n0, i64 N, int K, int blk, u8* warp_ring,
+                                             u8* warp_scales) {
+    const u8* wm[NW];
+    const u8* sm[NW];
+#pragma unroll
+    for (int m = 0; m < NW; ++m) wm[m] = w, sm[m] = ws;
+    init(wm, sm, n0, N, K, blk, warp_ring, warp_scales, 16);
+  }
+
   // FP4: blocks bn .. bn + n - 1 into slots j0 .. j0 + n - 1 (call unrolled: j0, n constants, multiples of 4), one
   // commit group a block, the copies predicated on b < b1_ (no branch; immediate offsets from per-group bases: the
   // per-block issue this replaced spent ~35 instructions a block on 64-bit address arithmetic, SASS, H200), and the

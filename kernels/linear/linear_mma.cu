@@ -42,13 +42,9 @@ __device__ void gemv_mma_body(const float* x, float* y, const u8* w, const u8* w
   MmaSegment<FP4, TPW> ms;
   u8* ring = mma_warp_ring(mma_sm, K, rows);
   u8* scl = mma_warp_scales(mma_sm, K, rows);
-  const u8* wm[TPW];
-  const u8* wsm[TPW];
-#pragma unroll
-  for (int m = 0; m < TPW; ++m) wm[m] = w, wsm[m] = ws;
   const int first = int(blockIdx.x) * tpg + warp / S;
   if (int(blockIdx.x) < groups && first < tiles) {
-    ms.init(wm, wsm, i64(first) * 16 * TPW, N, K, blk, ring, scl, 16);
+    ms.init_tiles(w, ws, i64(first) * 16 * TPW, N, K, blk, ring, scl);
     ms.prefetch(b0, b1);
   }
   grid_dep_wait();
@@ -60,7 +56,7 @@ __device__ void gemv_mma_body(const float* x, float* y, const u8* w, const u8* w
     float acc[TPW][2 * NC] = {};
     if (tile < tiles) {
       if (grp != int(blockIdx.x)) {
-        ms.init(wm, wsm, i64(tile) * 16 * TPW, N, K, blk, ring, scl, 16);
+        ms.init_tiles(w, ws, i64(tile) * 16 * TPW, N, K, blk, ring, scl);
         ms.prefetch(b0, b1);
       }
       ms.template run_checked<NC>(b0, b1, xrow, xsl, acc);
@@ -116,14 +112,10 @@ __device__ void linear_wo_ring_body(const float* x, float* y, const u8* w, const
   MmaSegment<FP4, TPW, false> ms;
   u8* ring = mma_warp_ring(mma_sm, K, 2);
   u8* scl = mma_warp_scales(mma_sm, K, 2);
-  const u8* wm[TPW];
-  const u8* wsm[TPW];
-#pragma unroll
-  for (int m = 0; m < TPW; ++m) wm[m] = w, wsm[m] = ws;
   // The first group's first weight blocks in flight before the dependent-launch wait and the staging.
   const int first = int(blockIdx.x) * tpg + warp / S;
   if (int(blockIdx.x) < groups && first < tiles) {
-    ms.init(wm, wsm, nz + i64(first) * 16 * TPW, nz + N, K, blk, ring, scl, 16);
+    ms.init_tiles(w, ws, nz + i64(first) * 16 * TPW, nz + N, K, blk, ring, scl);
     ms.prefetch(b0, b1);
   }
   grid_dep_wait();
@@ -134,7 +126,7 @@ __device__ void linear_wo_ring_body(const float* x, float* y, const u8* w, const
     float acc[TPW][2] = {};
     if (tile < tiles) {
       if (grp != int(blockIdx.x)) {
-        ms.init(wm, wsm, nz + i64(tile) * 16 * TPW, nz + N, K, blk, ring, scl, 16);
+        ms.init_tiles(w, ws, nz + i64(tile) * 16 * TPW, nz + N, K, blk, ring, scl);
         ms.prefetch(b0, b1);
       }
       ms.template run<1, false, true>(b0, b1, xrow, xsc, acc);

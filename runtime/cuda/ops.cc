@@ -139,6 +139,14 @@ unsigned expert_r1_blocks(const OpLaunch& l, int64_t N, int G, int matrices) {
   return unsigned(cdiv(N, 8 * (forced ? forced : r1_cols(l, N * G * matrices))));
 }
 
+// The tensor-core weight-only GEMVs (sm_80+) of a linear (G = 1) or grouped linear: the ring kernels where they are
+// switched on and take the call (ops_mma.cc), else the wo_mma ones (ops_wo_mma.cc); false: neither took it.
+bool try_linear_weight_only_mma(Ctx& c, DevPtr x, DevPtr y, const LinearW& f, DevPtr wp, DevPtr sp, int rows, int K,
+                                int N, int G, float scale_after, int round) {
+  return mma_kernels(c.l, 80) && (try_linear_wo_ring(c, x, y, f, wp, sp, rows, K, N, G, scale_after, round) ||
+                                  try_linear_wo_mma(c, x, y, f, wp, sp, rows, K, N, G, scale_after, round));
+}
+
 void linear(Ctx& c, DevPtr x, DevPtr y, const DeviceWeight* w, const DeviceWeight* s, int rows, int K, int N, bool aq,
             float scale_after, int round, const char* what) {
   const LinearW f = linear_format(c, w, s, what);
@@ -178,9 +186,7 @@ void linear(Ctx& c, DevPtr x, DevPtr y, const DeviceWeight* w, const DeviceWeigh
          scale_after, int(round));
     return;
   }
-  if (mma_kernels(c.l, 80) && (try_linear_wo_ring(c, x, y, f, wp, sp, rows, K, N, 1, scale_after, round) ||
-                                try_linear_wo_mma(c, x, y, f, wp, sp, rows, K, N, 1, scale_after, round)))
-    return;  // tensor-core weight-only GEMVs (ops_mma.cc, ops_wo_mma.cc)
+  if (try_linear_weight_only_mma(c, x, y, f, wp, sp, rows, K, N, 1, scale_after, round)) return;
   const std::string name = weight_only_kernel(f, rows);
   c.go(name.c_str(), weight_only_blocks(c.l, rows, N, 1), 1, 1, 256, 0, x, y, wp, sp, int(rows), int(K), int(N),
        int(f.blk), scale_after, int(round));
@@ -512,11 +518,9 @@ void run_v4(Ctx& c) {
       const detail::LinearW f = detail::linear_format(c, weight(l, 0), weight(l, 1), "weight");
       if (f.quant) c.reads(weight(l, 0), false);
       if (K % 8) c.fail("the cuda linear kernels need K % 8 == 0, got " + std::to_string(K));
-      const DevPtr wp = ptr(weight(l, 0)), sp = ptr(weight(l, 1));
-      if (detail::mma_kernels(l, 80) &&
-          (detail::try_linear_wo_ring(c, l.in[0], l.out[0], f, wp, sp, rows, K, N, G, 1.f, int(is_round(op))) ||
-           detail::try_linear_wo_mma(c, l.in[0], l.out[0], f, wp, sp, rows, K, N, G, 1.f, int(is_round(op))))) {
-        c.round_done = true;  // tensor-core weight-only GEMV (ops_mma.cc, ops_wo_mma.cc)
+      if (detail::try_linear_weight_only_mma(c, l.in[0], l.out[0], f, ptr(weight(l, 0)), ptr(weight(l, 1)), rows, K,
+                                             N, G, 1.f, int(is_round(op)))) {
+        c.round_done = true;
         break;
       }
       const std::string name = detail::weight_only_kernel(f, rows);  // FP8 wo_a: exact dequant, fp32 (as cpu)

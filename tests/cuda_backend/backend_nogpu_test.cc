@@ -192,28 +192,10 @@ TEST(CudaLaunchers, SideStreamSharedExpertDownWaitsForItsUp) {
       break;
     }
   ASSERT_NE(op, nullptr) << "the tiny plan has a shared expert";
-  std::vector<cuda::DeviceWeight> w(op->weights.size());
-  cuda::OpLaunch l;
-  for (size_t j = 0; j < w.size(); ++j) {
-    const int id = op->weights[j];
-    ASSERT_GE(id, 0);
-    w[j].id = id;
-    w[j].ptr = 0x100000ull * (j + 1);
-    w[j].dtype = plan.fb().weights()->Get(id)->dtype();
-    w[j].shape = plan.weight_shape(id);
-    l.w.push_back(&w[j]);
-  }
   RecordingLauncher rec;
-  l.plan = &plan;
-  l.op = op;
-  l.rows = 1;
-  l.step = 0x1000;
-  l.in[0] = 0x10000000, l.in_w[0] = plan.row_elems(op->inputs[0]);
-  l.out[0] = 0x20000000, l.out_w[0] = plan.row_elems(op->outputs[0]);
-  l.scratch = 0x30000000;
-  l.backend = &rec;
-  l.sms = 108;
-  l.arch = 80;
+  FakeLaunch f(plan, *op, 1, rec, 80, 108);
+  for (const auto* w : f.l.w) ASSERT_NE(w, nullptr);
+  cuda::OpLaunch& l = f.l;
   cuda::run_op(l);
   ASSERT_GE(rec.launches.size(), 2u);
   for (const auto& [name, programmatic] : rec.launches) EXPECT_TRUE(programmatic) << "main stream: " << name;

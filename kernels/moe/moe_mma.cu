@@ -123,6 +123,136 @@ __device__ void up_mma_body(const float* x, int D, int F, int topk, const i32* i
 #endif
 }
 
+// The up by stream-K: the grid's units (a warp; a warpgroup on the wgmma path) take equal runs of the (tile, K quad)
+// space, tiles in order and each tile's quads (4 blocks of 32) in K order, so that every multiprocessor streams the
+// same bytes. The up_mma_body grid gives each block one tile, and 6 x 36 = 216 blocks on 132 SMs left 48 SMs with
+// one block and half the work (bench_mma_gemv: the V4.1 up took 32.4 us at 216 blocks and 32.9 us at 264 blocks of
+// a 22% larger F). A run covers the tail of one tile, whole tiles, the head of another. A whole tile is finished at
+// once. A tile in parts is finished by the unit of its head part, ua, for which that part ends its run: the units of
+// the later parts (for each the first part of its run, so done long before) store their sums at ws[unit] and count
+// themselves in cnt[tile]; ua waits for the count, adds the parts in K order (the sums do not depend on timing),
+// applies the epilogue and sets cnt[tile] back to 0, so cnt is all zeros before and after every launch (the launcher
+// zeroes it once). Only ua waits, at the end of its run, for parts other units did at the start of theirs: it never
+// waits for a unit that waits. Needs nb % 4 == 0 (the scale words) and at least one quad a unit (the launcher's
+// grid); call with the kernel's whole grid of 256-thread blocks. Each part's start L2-prefetches the next part's first
+// weight blocks, so that the ring's refill at the next tile finds them in L2.
+template <bool FP4, int P>
+__device__ void up_sk_body(const float* x, int D, int F, int topk, const i32* idx, int n_experts, const float* rw,
+                           const ExpertW& w, int blk, float limit, int rb, float* h, float4* ws, u32* cnt) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (path_arch_ok<P>()) {
+  constexpr bool WG = P == kPathWg, WO = P == kPathWo;
+  constexpr int RS = slot_rows<P>();
+  extern __shared__ __align__(16) unsigned char mma_sm[];
+  const int nb = D / 32, stride = mma_x_stride(D);
+  mma_check_smem(D, RS);
+  u8* xq = mma_sm;
+  float* xsc = reinterpret_cast<float*>(mma_sm + RS * stride);
+  constexpr int WR = WG ? 4 : 1, TR = 16 * WR, UPB = kMmaWarps / WR;  // warps a unit, its rows, units a block
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+  const int unit = warp / WR, q = warp % WR;
+  const bool leader = threadIdx.x % (32 * WR) == 0;
+  const int tps = (F + TR - 1) / TR, tiles = topk * tps, nq = nb / 4;
+  // Quads and units fit an int (the launcher's shapes); their products are taken in 64 bits.
+  const int W = tiles * nq, U = int(gridDim.x) * UPB, u = int(blockIdx.x) * UPB + unit;
+  auto run_start = [&](int v) { return int(i64(v) * W / U); };
+  const int lo = run_start(u), hi = run_start(u + 1);
+  // The unit whose run holds quad k: the largest v with v * W / U <= k.
+  auto unit_of = [&](int k) { return int((i64(k + 1) * U - 1) / W); };
+  auto sync_unit = [&] {  // the unit's warps (named barriers 1 and 2 for the two warpgroups: constant ids)
+    if constexpr (WR == 1) __syncwarp();
+    else if (unit == 0) asm volatile("bar.sync 1, 128;" ::: "memory");
+    else asm volatile("bar.sync 2, 128;" ::: "memory");
+  };
+  MmaSegment<FP4, 2, WO ? false : bool(SMELT_W_TILED)> ms;
+  // This warp's rows of tile `tile` (expert e), K blocks from 0, for ms.init.
+  auto init_tile = [&](int tile, int e) {
+    const int t = tile / tps, ft = (tile - t * tps) * TR, f0 = ft + 16 * q;
+    const u8* wm[2] = {eptr(w, e, 0), eptr(w, e, 4)};
+    const u8* sm[2] = {eptr(w, e, 1), eptr(w, e, 5)};
+    const bool past = WG && f0 >= F;  // a warp of a wgmma tile past F: every row reads 0, pointers at the tile's first row
+    ms.init(wm, sm, past ? ft : f0, past ? ft : F, D, blk, mma_warp_ring(mma_sm, D, RS), mma_warp_scales(mma_sm, D, RS));
+  };
+  const u8* xrow = lane_xrow<P>(xq, stride, 0, g);
+  if (idx) grid_dep_wait();  // as up_mma_body
+  grid_dep_launch();
+  bool staged = false;
+  for (int k = lo; k < hi;) {
+    const int tile = k / nq;
+    const int t0 = tile * nq, t1 = t0 + nq, k1 = hi < t1 ? hi : t1;
+    const int b0 = 4 * (k - t0), b1 = 4 * (k1 - t0);
+    k = k1;
+    const int t = tile / tps, f0 = (tile - t * tps) * TR + 16 * q;
+    const int e = expert_of(idx, t, n_experts);
+    if constexpr (FP4) {
+      if (k < hi) {  // the next part (the next tile's head): its first blocks into L2
+        const int en = expert_of(idx, (tile + 1) / tps, n_experts);
+        if (en >= 0) {
+          init_tile(tile + 1, en);
+          ms.prefetch_l2(0, min(4 * (hi - k), 2 * ms.D));
+        }
+      }
+    }
+    if (e >= 0) {
+      init_tile(tile, e);
+      ms.prefetch(b0, b1);
+    }
+    if (!staged) {  // every unit's first part: the block's threads all get here once
+      if (!idx) grid_dep_wait();
+      stage_rows<FP4, P>(x, 1, D, xq, stride, xsc);
+      staged = true;
+    }
+    float acc[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+    if (e >= 0) {
+#if SMELT_WGMMA
+      if constexpr (WG) ms.run_wg(b0, b1, smem_addr(xq), xsc, acc);
+      else
+#endif
+      if constexpr (WO) ms.template run<1, false, true>(b0, b1, xrow, xsc, acc);
+      else ms.template run_checked<1>(b0, b1, xrow, xsc, acc);
+    }
+    const int ua = unit_of(t0), ub = unit_of(t1 - 1);  // the units with parts of this tile, in K order
+    if (ua != ub) {
+      // An invalid slot's parts add nothing: ua writes its zeros, the others skip.
+      if (u != ua) {
+        if (e >= 0) {  // a later part: its sums for ua
+          if (tig == 0) __stcg(&ws[(u * WR + q) * 8 + g], make_float4(acc[0][0], acc[0][1], acc[1][0], acc[1][1]));
+          __threadfence();
+          sync_unit();
+          if (leader) atomicAdd(&cnt[tile], 1u);
+        }
+        continue;
+      }
+      if (e >= 0) {
+        if (leader) {
+          while (ld_acquire_gpu(&cnt[tile]) != u32(ub - ua)) __nanosleep(32);
+          cnt[tile] = 0u;  // every later part has counted: back to 0 for the next launch
+        }
+        sync_unit();
+        __threadfence();
+        if (tig == 0)
+          for (int v = ua + 1; v <= ub; ++v) {
+            const float4 p = __ldcg(&ws[(v * WR + q) * 8 + g]);
+            acc[0][0] = __fadd_rn(acc[0][0], p.x), acc[0][1] = __fadd_rn(acc[0][1], p.y);
+            acc[1][0] = __fadd_rn(acc[1][0], p.z), acc[1][1] = __fadd_rn(acc[1][1], p.w);
+          }
+      }
+    }
+    if (tig != 0) continue;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int f = f0 + g + 8 * i;
+      if (f >= F) continue;
+      const i64 o = i64(t) * F + f;
+      h[o] = e < 0 ? 0.f : WO ? swiglu(acc[0][i], acc[1][i], limit) : swiglu_v41(acc[0][i], acc[1][i], limit, rb, rw, t);
+    }
+  }
+  } else {
+    __trap();
+  }
+#endif
+}
+
 // down: out[t, d] = act_quant(h[t]) . w2[d] of slot t's expert (bf16 when rb and the slot is valid, or round). WG as in
 // up_mma_body: a tile is 64 x TPW rows, warp q of its warpgroup rows 16 q + 64 m of each of the TPW matrices.
 template <bool FP4, int P>
@@ -237,3 +367,19 @@ SMELT_MOE_MMA(fp4, true, wgmma, kPathWg)
 // Weight-only (sm_80+; rw, rb and round unused: the launcher passes 0).
 SMELT_MOE_MMA(fp8, false, wo_ring, kPathWo)
 SMELT_MOE_MMA(fp4, true, wo_ring, kPathWo)
+
+// The stream-K ups (up_sk_body): the same arguments as the ups above, with the partial sums' room ws and the
+// per-tile counts cnt (all zeros) instead of the K split.
+#define SMELT_MOE_UP_SK(NAME, FP4, SUFFIX, P)                                                                     \
+  extern "C" __global__ void __launch_bounds__(256, SMELT_MMA_MIN_BLOCKS)                                           \
+  smelt_moe_up_##NAME##_##SUFFIX##_sk(const float* x, int D, int F, int topk, const i32* idx, int n_experts,         \
+                                      const float* rw, ExpertW w, int blk, float limit, int rb, float* h,            \
+                                      float4* ws, u32* cnt) {                                                       \
+    SMELT_KERNEL_PROLOGUE_IN_BODY();                                                                              \
+    up_sk_body<FP4, P>(x, D, F, topk, idx, n_experts, rw, w, blk, limit, rb, h, ws, cnt);                         \
+  }
+SMELT_MOE_UP_SK(fp8, false, mma, kPathAq)
+SMELT_MOE_UP_SK(fp4, true, mma, kPathAq)
+SMELT_MOE_UP_SK(fp4, true, wgmma, kPathWg)
+SMELT_MOE_UP_SK(fp8, false, wo_ring, kPathWo)
+SMELT_MOE_UP_SK(fp4, true, wo_ring, kPathWo)

@@ -88,6 +88,12 @@ const Shape kShapes[] = {
     {"idx wq_b 1280x4096", kLinear, 1280, 4096, 1}, {"engram wkv 6144x25600", kLinear, 6144, 25600, 1},
     {"shared expert fp8 5120/2304", kSharedExpert, 5120, 2304, 4},
     {"routed experts fp4 6 of 384 5120/2304", kRoutedExperts, 5120, 2304, 4},
+    // Balance probes (not in the step's sums): the wgmma up's 6 x F / 64 tiles at K split 2 give 216 blocks for F
+    // 2304 on 132 SMs (84 with two, 48 with one); F 1408 gives 132 (one an SM), F 2816 264 (two an SM). The same for
+    // the down's 6 x D / 128 tiles: D 5632 gives 264 blocks against 5120's 240.
+    {"probe routed fp4 5120/1408", kRoutedExperts, 5120, 1408, 0},
+    {"probe routed fp4 5120/2816", kRoutedExperts, 5120, 2816, 0},
+    {"probe routed fp4 5632/2304", kRoutedExperts, 5632, 2304, 0},
 };
 
 constexpr int kTopk = 6, kExperts = 384;
@@ -284,6 +290,17 @@ int run(const std::string& dir, int iters, const std::string& only, const std::s
                         int64_t(topk) * ((K + 16 * v->down_tpw - 1) / (16 * v->down_tpw)), mma_smem(N, topk, v->ring), down});
         }
       }
+      // Times iters launches of go(i) (the median of 3 rounds), us a launch.
+      auto time_us = [&](auto&& go) {
+        for (int i = 0; i < 3; ++i) go(i);
+        float t3[3];
+        for (float& t : t3)
+          t = gpu().time_ms([&] {
+            for (int i = 0; i < iters; ++i) go(i + 3);
+          });
+        std::sort(t3, t3 + 3);
+        return 1e3 * double(t3[1]) / iters;
+      };
       for (const L& l : ls) {
         const int occ = gpu().occupancy(l.fam, l.fn.c_str(), 256, l.smem);
         const int nb = l.K / 32;
@@ -329,14 +346,7 @@ int run(const std::string& dir, int iters, const std::string& only, const std::s
                   for (int i = 0; i < 50; ++i) go(i);
                 });
             }
-            for (int i = 0; i < 3; ++i) go(i);
-            float t3[3];
-            for (float& t : t3)
-              t = gpu().time_ms([&] {
-                for (int i = 0; i < iters; ++i) go(i + 3);
-              });
-            std::sort(t3, t3 + 3);
-            const double us = 1e3 * double(t3[1]) / iters, gbps = l.bytes / (us * 1e-6) / 1e9;
+            const double us = time_us(go), gbps = l.bytes / (us * 1e-6) / 1e9;
             const bool launcher = bps == 2 && S == S_launcher;
             const std::string name = std::string(sh.name) + (ls.size() > 1 ? (l.fn.find("_up_") != std::string::npos ? " up" : " down") : "");
             results.push_back({name, v->name, bps, S, grid, launcher, us, gbps});
@@ -344,6 +354,32 @@ int run(const std::string& dir, int iters, const std::string& only, const std::s
                         gbps / copy, launcher ? "  (launcher)" : "");
             std::fflush(stdout);
           }
+        // The stream-K up (moe_mma.cu up_sk_body; the launcher's pick where K % 128 == 0) at two blocks an SM: S 0.
+        const std::string sk = l.fn + "_sk";
+        if (sh.kind != kLinear && l.fn.find("_up_") != std::string::npos && l.K % 128 == 0 && !launcher_only) {
+          const bool fp4 = sh.kind == kRoutedExperts;
+          const int topk = fp4 ? kTopk : 1, E = fp4 ? kExperts : 1, blk = 32, rb = 1;
+          const int64_t units = l.tiles * (l.K / 128);
+          const unsigned grid = unsigned(std::min<int64_t>(2 * sms, units / (8 / l.wr)));
+          const int64_t tiles16 = int64_t(topk) * ((N + 15) / 16);
+          const DevPtr ws = gpu().alloc(size_t(grid) * 1024), cnt = gpu().alloc(size_t(tiles16) * 4);
+          auto go = [&](int i) {
+            const int c = i % copies;
+            const DevPtr ix = fp4 ? idx + DevPtr(c) * kTopk * 4 : 0;
+            ExpertW w = ew;
+            if (!fp4)
+              for (int j = 0; j < 6; ++j) w.base[j] += uint64_t(c) * uint64_t(w.stride[j]);
+            const float limit = 10.f;
+            gpu().launch(l.fam, sk.c_str(), grid, 1, 1, 256, l.smem, x, K, N, topk, ix, E, rw, w, blk, limit, rb, h,
+                         ws, cnt);
+          };
+          const double us = time_us(go), gbps = l.bytes / (us * 1e-6) / 1e9;
+          const std::string name = std::string(sh.name) + " up";
+          results.push_back({name, v->name, 2, 0, grid, false, us, gbps});
+          std::printf("%-40s %-14s %3d %2s %5u %9.2f %8.0f %6.3f  (stream-K)\n", name.c_str(), v->name, 2, "sk", grid, us,
+                      gbps, gbps / copy);
+          std::fflush(stdout);
+        }
       }
     }
   }

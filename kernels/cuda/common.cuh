@@ -118,16 +118,6 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_b
 #ifndef SMELT_W_EVICT_FIRST
 #define SMELT_W_EVICT_FIRST 1
 #endif
-// The 128-byte line of p into L2 (a hint: nothing waits for it).
-__device__ __forceinline__ void prefetch_l2_line(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
-// A load that later loads of this thread do not pass, and that sees what was released before it at GPU scope
-// (the stream-K up's counts, kernels/moe/moe_mma.cu).
-__device__ __forceinline__ u32 ld_acquire_gpu(const u32* p) {
-  u32 v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
 // The evict-first policy (not volatile: the compiler may share one register for all uses).
 __device__ __forceinline__ u64 l2_evict_first() {
   u64 p;

@@ -564,16 +564,6 @@ struct MmaSegment {
     }
   }
 
-  // FP4: an L2 prefetch of blocks b0 .. b0 + n - 1 of this lane's copies and of its scale rows (after init(); nothing
-  // is copied or held): the stream-K up warms the next part of its run before it consumes this one.
-  __device__ __forceinline__ void prefetch_l2(int b0, int n) const {
-    static_assert(FP4, "the FP4 rings");
-    if (wlane && wbytes)
-      for (int i = 0; i < n; ++i) prefetch_l2_line(wsrc + i64(b0 + i) * wstr);
-#pragma unroll
-    for (int m = 0; m < NW; ++m) prefetch_l2_line(sA[m] + b0), prefetch_l2_line(sB[m] + b0);
-  }
-
   // Blocks b0 .. b0 + D - 1 into slots 0 .. D - 1 (FP4: their scale words into scw); FP8: the segment's scale
   // bytes into shared memory (visible to the warp after run()'s first __syncwarp).
   __device__ __forceinline__ void prefetch(int b0, int b1) {

@@ -53,7 +53,6 @@ struct OpLaunch {
   void* stream = nullptr;                // CUstream
   bool side = false;                     // on the side stream (an op marked stream = 1, while the side stream is on)
   DevPtr scratch = 0;                    // per-op scratch, as large as the launcher asked at prepare time
-  DevPtr zeroed = 0;                     // this op's own memory, all zeros at every launch (Prepare::zeroed_bytes)
   Launcher* backend = nullptr;
   int sms = 0;                           // the GPU's multiprocessors (sizes persistent grids; 0 = unknown)
   int arch = 0;                          // the loaded cubins' arch, 90 for sm_90 (picks arch-only kernels; 0 = unknown)
@@ -72,11 +71,7 @@ class Launcher {
 
 // Asked once per op when the plan is loaded: how much scratch the op needs at `max_rows` rows.
 struct Prepare {
-  int sms = 0;  // in: the GPU's multiprocessors (the launchers size persistent grids, and the scratch they need, by it)
   uint64_t scratch_bytes = 0;
-  // Memory of this op alone, zeroed once when the plan is loaded, that its kernels leave all zeros when they end
-  // (the stream-K kernels' per-tile counts: kernels/moe/moe_mma.cu up_sk_body).
-  uint64_t zeroed_bytes = 0;
   // Quantized (FP8 / FP4) weights the op's act-quant kernels read (tile order on sm_89+) and those its weight-only
   // kernels read (row-major): plan weight ids.
   std::vector<int> act_quant_weights, weight_only_weights;

@@ -334,12 +334,7 @@ void run_experts(Ctx& c, bool routed) {
       c.go("smelt_moe_combine", cdiv(D, 256), unsigned(rows), 1, 256, 0, out, rw, idx, topk, n_experts, D, weighted,
            l.out[0]);
   };
-  detail::ExpertsLaunch el{l.in[0], idx, rw, h, out, ew, D, F, topk, n_experts, f, limit, routed, is_round(op)};
-  if (f.quant) {  // the stream-K ups' room, carved alike in prepare and run (a tile is at least 16 rows)
-    el.sk_tiles = int64_t(topk) * ((F + 15) / 16);
-    el.sk_ws = c.scratch(detail::experts_sk_ws_bytes(detail::gemv_blocks(l)));
-    el.sk_cnt = c.zeroed(uint64_t(el.sk_tiles) * 4);
-  }
+  const detail::ExpertsLaunch el{l.in[0], idx, rw, h, out, ew, D, F, topk, n_experts, f, limit, routed, is_round(op)};
   // V4.1 with the model's numerics: act quant, exact GEMMs, bf16 roundings. Under numerics = "fp32" the
   // reference runs plain fp32 on the dequantized weights (no act quant): the weight-only kernels below.
   if (scaled)  // the act-quant kernels below read every expert's w1, w2, w3 in tile order (sm_89+), the others row-major
@@ -662,7 +657,6 @@ void prepare_op(const Plan& plan, const OpRef& op, int64_t max_rows, Prepare& ou
   l.plan = &plan;
   l.op = &op;
   l.rows = int(max_rows);
-  l.sms = out.sms;
   for (size_t j = 0; j < op.inputs.size() && j < 4; ++j)
     if (op.inputs[j] >= 0) l.in_w[j] = plan.row_elems(op.inputs[j]), l.in[j] = 1;
   for (size_t j = 0; j < op.outputs.size() && j < 3; ++j)
@@ -688,7 +682,6 @@ void prepare_op(const Plan& plan, const OpRef& op, int64_t max_rows, Prepare& ou
   c.prep = &out;
   run(c);
   out.scratch_bytes = c.used;
-  out.zeroed_bytes = c.zeroed_used;
 }
 
 void run_op(const OpLaunch& l) {

@@ -19,7 +19,6 @@ struct Ctx {
   const OpLaunch& l;
   bool dry = false;            // prepare: no launches, no device pointers
   uint64_t used = 0;           // scratch bytes carved so far
-  uint64_t zeroed_used = 0;    // zeroed bytes carved so far
   bool round_done = false;     // the op applied its `round` attribute itself
   bool after_previous = false; // the next go() without programmatic dependent launch (Launcher::launch)
   bool serial_rest = false;    // every go() after the op's first one without it (a side-stream shared expert's down)
@@ -39,12 +38,6 @@ struct Ctx {
     const uint64_t off = (used + 255) / 256 * 256;
     used = off + bytes;
     return dry ? 0 : l.scratch + off;
-  }
-  // A piece of the op's zeroed memory (OpLaunch::zeroed), 256-byte aligned: the op's kernels must leave it zeroed.
-  DevPtr zeroed(uint64_t bytes) {
-    const uint64_t off = (zeroed_used + 255) / 256 * 256;
-    zeroed_used = off + bytes;
-    return dry || !l.zeroed ? 0 : l.zeroed + off;
   }
 
   template <class... Ts>
@@ -111,14 +104,7 @@ struct ExpertsLaunch {
   LinearW f;
   float limit;
   bool routed, round;
-  // The stream-K ups' partial sums (scratch) and per-tile counts (zeroed memory, tiles of 16 rows); 0: not taken.
-  DevPtr sk_ws = 0, sk_cnt = 0;
-  int64_t sk_tiles = 0;  // counts at sk_cnt
 };
-
-// The stream-K ups (kernels/moe/moe_mma.cu up_sk_body): 1 KB of partial sums a block (8 warps x 8 lanes x 16 bytes)
-// of a grid of gemv_blocks.
-inline uint64_t experts_sk_ws_bytes(unsigned blocks) { return uint64_t(blocks) * 1024; }
 
 // A forced K split (a tuning switch) when it is one the tensor-core kernels take (1, 2, 4, 8; at most `most`), else
 // the rule's.

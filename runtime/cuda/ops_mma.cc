@@ -95,18 +95,6 @@ SyncSplit sync_split(const ExpertsLaunch& a, unsigned blocks) {
   return r;
 }
 
-// The stream-K up (moe_mma.cu up_sk_body) instead of the K-split one: its grid (two blocks an SM, at most one unit of
-// `wr` warps a K quad), or 0 when not taken: $SMELT_CUDA_EXPERTS_SK=0 (A/B timing), FP8 experts (the shared expert)
-// unless $SMELT_CUDA_EXPERTS_SK=all, D not a multiple of 128, or tiles of `rows` rows past the counts' room.
-unsigned sk_up_grid(const Ctx& c, const ExpertsLaunch& a, int rows) {
-  static const bool off = env_off("SMELT_CUDA_EXPERTS_SK"), all = env_is("SMELT_CUDA_EXPERTS_SK", "all");
-  if (off || !a.sk_ws || !a.sk_cnt || a.D % 128 || (!all && std::string(a.f.fmt) != "fp4")) return 0;
-  const int64_t tiles = int64_t(a.topk) * ((a.F + rows - 1) / rows), units = int64_t(tiles) * (a.D / 128);
-  if (tiles > a.sk_tiles) return 0;
-  const int upb = kMmaWarps / (rows / 16);  // units a block
-  return unsigned(std::min<int64_t>(gemv_blocks(c.l), units / upb));
-}
-
 bool try_experts_mma(Ctx& c, const ExpertsLaunch& a) {
   if (!a.f.quant || a.topk < 1 || a.topk > 8 || a.D % 32 || a.F % 32) return false;
   const unsigned smem_up = mma_smem_bytes(a.D, 1), smem_down = mma_smem_bytes(a.F, a.topk);
@@ -120,24 +108,16 @@ bool try_experts_mma(Ctx& c, const ExpertsLaunch& a) {
     const int s_up = split_or(xs[0], mma_wg_ksplit(tiles_up, a.D / 32, blocks), 2);
     const int s_down = split_or(xs[1], mma_wg_ksplit(tiles_down, a.F / 32, blocks), 2);
     auto wg_grid = [&](int64_t tiles, int S) { return unsigned(std::min<int64_t>(mma_wg_groups(tiles, S), blocks)); };
-    if (const unsigned g = sk_up_grid(c, a, 64))
-      c.go("smelt_moe_up_fp4_wgmma_sk", g, 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk, a.idx, a.n_experts,
-           a.rw, a.ew, int(a.f.blk), a.limit, rb, a.h, a.sk_ws, a.sk_cnt);
-    else
-      c.go("smelt_moe_up_fp4_wgmma", wg_grid(tiles_up, s_up), 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk,
-           a.idx, a.n_experts, a.rw, a.ew, int(a.f.blk), a.limit, rb, a.h, s_up);
+    c.go("smelt_moe_up_fp4_wgmma", wg_grid(tiles_up, s_up), 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk,
+         a.idx, a.n_experts, a.rw, a.ew, int(a.f.blk), a.limit, rb, a.h, s_up);
     c.go("smelt_moe_down_fp4_wgmma", wg_grid(tiles_down, s_down), 1, 1, kMmaWarps * 32, smem_down, a.h, a.D, a.F,
          a.topk, a.idx, a.n_experts, a.ew, int(a.f.blk), rb, int(!a.routed && a.round), a.out, s_down);
     return true;
   }
   const SyncSplit sp = sync_split(a, blocks);
   const std::string up = std::string("smelt_moe_up_") + a.f.fmt + "_mma";
-  if (const unsigned g = sk_up_grid(c, a, 16))
-    c.go((up + "_sk").c_str(), g, 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk, a.idx, a.n_experts, a.rw, a.ew,
-         int(a.f.blk), a.limit, rb, a.h, a.sk_ws, a.sk_cnt);
-  else
-    c.go(up.c_str(), grid(sp.tiles_up, sp.s_up, blocks), 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk, a.idx,
-         a.n_experts, a.rw, a.ew, int(a.f.blk), a.limit, rb, a.h, sp.s_up);
+  c.go(up.c_str(), grid(sp.tiles_up, sp.s_up, blocks), 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk, a.idx,
+       a.n_experts, a.rw, a.ew, int(a.f.blk), a.limit, rb, a.h, sp.s_up);
   const std::string down = std::string("smelt_moe_down_") + a.f.fmt + "_mma";
   c.go(down.c_str(), grid(sp.tiles_down, sp.s_down, blocks), 1, 1, kMmaWarps * 32, smem_down, a.h, a.D, a.F, a.topk,
        a.idx, a.n_experts, a.ew, int(a.f.blk), rb, int(!a.routed && a.round), a.out, sp.s_down);
@@ -163,12 +143,8 @@ bool try_experts_wo_ring(Ctx& c, const ExpertsLaunch& a) {
   const unsigned smem_up = mma_smem_bytes(a.D, 2), smem_down = mma_smem_bytes(a.F, 2 * span);
   if (smem_up > mma_smem_max(c.l) || smem_down > mma_smem_max(c.l)) return false;
   const std::string up = "smelt_moe_up_" + fmt + "_wo_ring", down = "smelt_moe_down_" + fmt + "_wo_ring";
-  if (const unsigned g = sk_up_grid(c, a, 16))
-    c.go((up + "_sk").c_str(), g, 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk, a.idx, a.n_experts, DevPtr(0),
-         a.ew, int(a.f.blk), a.limit, 0, a.h, a.sk_ws, a.sk_cnt);
-  else
-    c.go(up.c_str(), grid(tiles_up, s_up, blocks), 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk, a.idx,
-         a.n_experts, DevPtr(0), a.ew, int(a.f.blk), a.limit, 0, a.h, s_up);
+  c.go(up.c_str(), grid(tiles_up, s_up, blocks), 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk, a.idx,
+       a.n_experts, DevPtr(0), a.ew, int(a.f.blk), a.limit, 0, a.h, s_up);
   c.go(down.c_str(), grid(tiles_down, s_down, blocks), 1, 1, kMmaWarps * 32, smem_down, a.h, a.D, a.F, a.topk, a.idx,
        a.n_experts, a.ew, int(a.f.blk), 0, 0, a.out, s_down);
   return true;

@@ -249,18 +249,13 @@ TEST(CudaLaunchers, ChunksRunTheDecodeTensorCoreKernels) {
       EXPECT_EQ(rec.args[size_t(g)][1], chunk.l.out[0] + uint64_t(8 * g) * N * 4) << "group " << g << " y";
     }
 
-    // The experts: the row kernels' up and down per row (wgmma on sm_90, mma.sync on sm_89), then one combine. With
-    // the op's zeroed memory (the backend's, OpLaunch::zeroed) the ups are the stream-K ones where D % 128 == 0,
-    // without it (and with $SMELT_CUDA_EXPERTS_SK=0) the K-split ones.
+    // The experts: the row kernels' up and down per row (wgmma on sm_90, mma.sync on sm_89), then one combine.
+    const std::string up = arch == 90 ? "smelt_moe_up_fp4_wgmma" : "smelt_moe_up_fp4_mma";
+    const std::string down = arch == 90 ? "smelt_moe_down_fp4_wgmma" : "smelt_moe_down_fp4_mma";
     const int D = int(plan.row_elems(moe->inputs[0]));
-    for (int r : {1, 3})
-      for (bool zeroed : {false, true}) {
-      const bool sk = zeroed && D % 128 == 0 && !cuda::env_off("SMELT_CUDA_EXPERTS_SK");
-      const std::string up = std::string(arch == 90 ? "smelt_moe_up_fp4_wgmma" : "smelt_moe_up_fp4_mma") + (sk ? "_sk" : "");
-      const std::string down = arch == 90 ? "smelt_moe_down_fp4_wgmma" : "smelt_moe_down_fp4_mma";
+    for (int r : {1, 3}) {
       rec.launches.clear(), rec.args.clear();
       FakeLaunch ex(plan, *moe, r, rec, arch, 132);
-      if (zeroed) ex.l.zeroed = 0x400000000ull;
       cuda::run_op(ex.l);
       std::vector<uint64_t> xs;
       int ups = 0, downs = 0, combines = 0;
@@ -270,11 +265,11 @@ TEST(CudaLaunchers, ChunksRunTheDecodeTensorCoreKernels) {
         if (n == down) ++downs;
         if (n == "smelt_moe_combine") ++combines;
       }
-      EXPECT_EQ(ups, r) << "arch " << arch << ", rows " << r << ", " << up;
+      EXPECT_EQ(ups, r) << "arch " << arch << ", rows " << r;
       EXPECT_EQ(downs, r) << "arch " << arch << ", rows " << r;
       EXPECT_EQ(combines, 1) << "arch " << arch << ", rows " << r;
       for (int i = 0; i < int(xs.size()); ++i) EXPECT_EQ(xs[size_t(i)], ex.l.in[0] + uint64_t(i) * D * 4) << "row " << i;
-      }
+    }
   }
 }
 #endif

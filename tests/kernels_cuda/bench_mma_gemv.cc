@@ -354,32 +354,6 @@ int run(const std::string& dir, int iters, const std::string& only, const std::s
                         gbps / copy, launcher ? "  (launcher)" : "");
             std::fflush(stdout);
           }
-        // The stream-K up (moe_mma.cu up_sk_body; the launcher's pick where K % 128 == 0) at two blocks an SM: S 0.
-        const std::string sk = l.fn + "_sk";
-        if (sh.kind != kLinear && l.fn.find("_up_") != std::string::npos && l.K % 128 == 0 && !launcher_only) {
-          const bool fp4 = sh.kind == kRoutedExperts;
-          const int topk = fp4 ? kTopk : 1, E = fp4 ? kExperts : 1, blk = 32, rb = 1;
-          const int64_t units = l.tiles * (l.K / 128);
-          const unsigned grid = unsigned(std::min<int64_t>(2 * sms, units / (8 / l.wr)));
-          const int64_t tiles16 = int64_t(topk) * ((N + 15) / 16);
-          const DevPtr ws = gpu().alloc(size_t(grid) * 1024), cnt = gpu().alloc(size_t(tiles16) * 4);
-          auto go = [&](int i) {
-            const int c = i % copies;
-            const DevPtr ix = fp4 ? idx + DevPtr(c) * kTopk * 4 : 0;
-            ExpertW w = ew;
-            if (!fp4)
-              for (int j = 0; j < 6; ++j) w.base[j] += uint64_t(c) * uint64_t(w.stride[j]);
-            const float limit = 10.f;
-            gpu().launch(l.fam, sk.c_str(), grid, 1, 1, 256, l.smem, x, K, N, topk, ix, E, rw, w, blk, limit, rb, h,
-                         ws, cnt);
-          };
-          const double us = time_us(go), gbps = l.bytes / (us * 1e-6) / 1e9;
-          const std::string name = std::string(sh.name) + " up";
-          results.push_back({name, v->name, 2, 0, grid, false, us, gbps});
-          std::printf("%-40s %-14s %3d %2s %5u %9.2f %8.0f %6.3f  (stream-K)\n", name.c_str(), v->name, 2, "sk", grid, us,
-                      gbps, gbps / copy);
-          std::fflush(stdout);
-        }
       }
     }
   }

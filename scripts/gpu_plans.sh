@@ -18,6 +18,9 @@ BUILD=${BUILD:-build-cuda}
 SHARED=${SMELT_SHARED_DIR:-../shared}
 COMPILE=$BUILD/bin/smelt-compile
 [ -x "$COMPILE" ] || { echo "error: $COMPILE not built (cmake --build $BUILD --target smelt-compile)"; exit 1; }
+# smelt-compile embeds the kernel sources when it is built: rebuild it first, or an edited kernel would not reach the
+# plans (session 21 benched two indexer versions that were both the old one).
+cmake --build "$BUILD" --target smelt-compile > /dev/null || { echo "error: rebuilding $COMPILE failed"; exit 1; }
 [ -f "$BUILD/schemas/plan_generated.h" ] || { echo "error: $BUILD/schemas/plan_generated.h missing"; exit 1; }
 
 rm -rf "$OUT"

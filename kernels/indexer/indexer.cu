@@ -21,21 +21,27 @@ __device__ __forceinline__ u32 order_bits(float s) {
 }
 __device__ __forceinline__ u64 sel_key(float s, i64 j) { return (u64(order_bits(s)) << 32) | u64(0xffffffffu - u32(j)); }
 
+// The radix histogram's 256 bins in shared memory, a word of padding after every 8 (hist_at): pick_digit's lane l
+// reads bins 255 - 8l - i (i < 8), which unpadded fell on 4 banks (8-way conflicts; Nsight Compute on the V4.1 top-k:
+// most of its stall samples were those loads and the adds waiting for them), and padded fall on 32.
+constexpr int kHistWords = 256 + 32;
+__device__ __forceinline__ int hist_at(int bin) { return bin + (bin >> 3); }
+
 // hist[bin] += 1, one shared-memory atomic per distinct bin of the warp (close scores share their top bytes, so
 // per-thread atomics on one bin serialise).
 __device__ __forceinline__ void hist_add(int* hist, int bin) {
   const unsigned peers = __match_any_sync(__activemask(), bin);
-  if ((threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&hist[bin], __popc(peers));
+  if ((threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&hist[hist_at(bin)], __popc(peers));
 }
 
-// The serial scan "from digit 255 down, skip whole bins while they hold fewer than `need` keys" done by each warp
-// with a lane-parallel prefix sum (lane l holds bins 255-8l .. 248-8l); every thread gets the scan's digit, exact
-// and remaining need. The whole block calls it (blockDim.x a multiple of 32).
+// The serial scan "from digit 255 down, skip whole bins while they hold fewer than `need` keys" done by a warp
+// with a lane-parallel prefix sum (lane l holds bins 255-8l .. 248-8l); every lane gets the scan's digit, exact and
+// remaining need. One whole warp calls it.
 __device__ __forceinline__ void pick_digit(const int* hist, int& need, int& digit, bool& exact) {
   const int lane = threadIdx.x & 31;
   int c[8], sum = 0;
 #pragma unroll
-  for (int i = 0; i < 8; ++i) sum += c[i] = hist[255 - (lane * 8 + i)];
+  for (int i = 0; i < 8; ++i) sum += c[i] = hist[hist_at(255 - (lane * 8 + i))];
   int inc = sum;
   for (int o = 1; o < 32; o <<= 1) {
     const int t = __shfl_up_sync(0xffffffffu, inc, o);
@@ -67,8 +73,8 @@ __device__ __forceinline__ void pick_digit(const int* hist, int& need, int& digi
 // Selects the `keep` largest keys among n (keys from get(j)), then hands them on: radix_select writes them to
 // list[0 .. keep) in no particular order, radix_select_ascending calls emit(position, j, key) with positions in
 // ascending j (a block-wide scan of the selection flags: what the V4.1 kernels need, ascending indices, without the
-// 45 barrier steps of a bitonic sort of 512 keys). Block-wide; hist is 256 ints of shared memory, wc 32 ints. Up to
-// kKeyRegs * blockDim.x keys (4096 at 1024 threads: S = 2065 compressed entries, or the candidate blocks) are
+// 45 barrier steps of a bitonic sort of 512 keys). Block-wide; hist is kHistWords ints of shared memory, wc 32 ints.
+// Up to kKeyRegs * blockDim.x keys (4096 at 1024 threads: S = 2065 compressed entries, or the candidate blocks) are
 // formed once and kept in registers for every pass, instead of read (and for block scores folded) again in each of
 // up to 8 passes. Keys are distinct (their low word is the index), so exactly `keep` of them pass the threshold.
 constexpr int kKeyRegs = 4;
@@ -112,19 +118,27 @@ __device__ void radix_select_impl(int n, int keep, Get get, int* hist, Done done
   };
   u64 prefix = 0, mask = 0;
   int need = keep;
+  __shared__ int picked[3];  // warp 0's pick_digit: need, digit, exact
   for (int shift = 56; shift >= 0 && keep > 0; shift -= 8) {
-    for (int d = threadIdx.x; d < 256; d += blockDim.x) hist[d] = 0;
+    for (int d = threadIdx.x; d < kHistWords; d += blockDim.x) hist[d] = 0;
     __syncthreads();
     each([&](u64 k) {
       if ((k & mask) == prefix) hist_add(hist, int((k >> shift) & 255));
     });
     __syncthreads();
-    int digit = 0;
-    bool exact = false;
-    pick_digit(hist, need, digit, exact);
+    // One warp scans the bins (every warp did the same scan: 32 x the shared loads, which queued behind each other)
+    if (threadIdx.x < 32) {
+      int nd = need, digit = 0;
+      bool exact = false;
+      pick_digit(hist, nd, digit, exact);
+      if (threadIdx.x == 0) picked[0] = nd, picked[1] = digit, picked[2] = exact;
+    }
+    __syncthreads();
+    need = picked[0];
+    const int digit = picked[1];
+    const bool exact = picked[2] != 0;
     prefix |= u64(digit) << shift;
     mask |= u64(255) << shift;
-    __syncthreads();
     if (exact) break;
   }
   done(keep > 0, [&](u64 k) { return (k & mask) >= prefix; }, each, chunks);
@@ -155,12 +169,14 @@ __device__ int radix_select_ascending(int n, int keep, Get get, int* hist, int* 
       const unsigned b = __ballot_sync(0xffffffffu, f);
       if (lane == 0) wc[warp] = __popc(b);
       __syncthreads();
-      int before = 0, all = 0;
-      for (int w = 0; w < nw; ++w) {
-        const int c = wc[w];
-        before += w < warp ? c : 0;
-        all += c;
+      // The warps' counts by a shuffle scan (lane w holds warp w's), not a loop over all of them in every thread.
+      const int c = lane < nw ? wc[lane] : 0;
+      int inc = c;
+      for (int o = 1; o < 32; o <<= 1) {
+        const int t = __shfl_up_sync(0xffffffffu, inc, o);
+        if (lane >= o) inc += t;
       }
+      const int before = __shfl_sync(0xffffffffu, inc - c, warp), all = __shfl_sync(0xffffffffu, inc, 31);
       if (f) emit(total + before + __popc(b & ((1u << lane) - 1u)), j, k);
       total += all;
       __syncthreads();  // wc is rewritten by the next chunk
@@ -270,7 +286,7 @@ extern "C" __global__ void smelt_indexer_v41_scores(const float* q, const float*
 extern "C" __global__ void smelt_indexer_candidates(const float* scores, i64 S, const StepInfo* step, int ratio, int bs,
                                                     int CB, i32* cand_out) {
   SMELT_KERNEL_PROLOGUE();
-  __shared__ int hist[256];
+  __shared__ int hist[kHistWords];
   __shared__ int wc[32];
   const i64 i = blockIdx.x;
   i64 visible = (step->p0 + i + 1) / ratio;
@@ -302,7 +318,7 @@ extern "C" __global__ void smelt_indexer_topk(const float* scores, i64 S, const 
                                               int v41, const i32* cand_in, int CB, int bs, i32* idx) {
   SMELT_KERNEL_PROLOGUE();
   __shared__ u64 list[kMaxSel];
-  __shared__ int hist[256];
+  __shared__ int hist[kHistWords];
   __shared__ int count;
   __shared__ u32 allowed[2048];  // bitmap of candidate blocks (65536 blocks)
   __shared__ int wc[32];

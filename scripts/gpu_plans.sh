@@ -16,11 +16,12 @@ cd "$(dirname "$0")/.."
 OUT=${1:-gpu_carry}
 BUILD=${BUILD:-build-cuda}
 SHARED=${SMELT_SHARED_DIR:-../shared}
+BENCH_ONLY=${BENCH_ONLY:-0}
 COMPILE=$BUILD/bin/smelt-compile
-[ -x "$COMPILE" ] || { echo "error: $COMPILE not built (cmake --build $BUILD --target smelt-compile)"; exit 1; }
-# smelt-compile embeds the kernel sources when it is built: rebuild it first, or an edited kernel would not reach the
+# smelt-compile embeds the kernel sources when it is built: (re)build it first, or an edited kernel would not reach the
 # plans (session 21 benched two indexer versions that were both the old one).
-cmake --build "$BUILD" --target smelt-compile > /dev/null || { echo "error: rebuilding $COMPILE failed"; exit 1; }
+cmake --build "$BUILD" --target smelt-compile > /dev/null ||
+  { echo "error: cannot build $COMPILE (configure $BUILD first: cmake -S . -B $BUILD)"; exit 1; }
 [ -f "$BUILD/schemas/plan_generated.h" ] || { echo "error: $BUILD/schemas/plan_generated.h missing"; exit 1; }
 
 rm -rf "$OUT"
@@ -78,7 +79,7 @@ compile() {  # compile NAME MODEL_DIR TARGET [extra smelt-compile args]
 }
 # V4 fixtures (checkpoints in the repository): fp32 everywhere, tolerance 1e-3 of the row's scale.
 for d in tests/golden/v4/*/; do
-  [ "${BENCH_ONLY:-0}" = 1 ] && break
+  [ "$BENCH_ONLY" = 1 ] && break
   name=v4_$(basename "$d")
   compile "$name" "$d" h200
   echo "$name|plans/$name.smelt|${d%/}|$(ids "$d/reference.safetensors" prompt_ids)|$(ids "$d/reference.safetensors" continuation_ids)|1e-3" >> "$M"
@@ -98,7 +99,7 @@ done
 # the model's numerics (bf16 roundings, per-token FP8 activation quantization): 5e-2, because a 1-ulp
 # difference before a rounding point moves a value by a whole bf16 / FP8 step (see docs/performance.md).
 for d in "$SHARED"/goldens/v41/*/; do
-  [ "${BENCH_ONLY:-0}" = 1 ] && break
+  [ "$BENCH_ONLY" = 1 ] && break
   [ -f "$d/model.safetensors" ] && [ -f "$d/tokens.json" ] || continue
   base=$(basename "$d")
   mkdir -p "$OUT/work/models/$base" && cp "$d/model.safetensors" "$OUT/work/models/$base/"
@@ -133,7 +134,7 @@ for d in "$SHARED"/goldens/v41/*/; do
   fi
 done
 # A plan for sm_80 only: on the H200 it must be refused with one sentence.
-if [ "${BENCH_ONLY:-0}" != 1 ]; then
+if [ "$BENCH_ONLY" != 1 ]; then
   compile arch_error examples/tiny-v4 sm_80
   echo "arch_error|plans/arch_error.smelt|examples/tiny-v4" >> "$M"
 fi

@@ -290,17 +290,6 @@ int run(const std::string& dir, int iters, const std::string& only, const std::s
                         int64_t(topk) * ((K + 16 * v->down_tpw - 1) / (16 * v->down_tpw)), mma_smem(N, topk, v->ring), down});
         }
       }
-      // Times iters launches of go(i) (the median of 3 rounds), us a launch.
-      auto time_us = [&](auto&& go) {
-        for (int i = 0; i < 3; ++i) go(i);
-        float t3[3];
-        for (float& t : t3)
-          t = gpu().time_ms([&] {
-            for (int i = 0; i < iters; ++i) go(i + 3);
-          });
-        std::sort(t3, t3 + 3);
-        return 1e3 * double(t3[1]) / iters;
-      };
       for (const L& l : ls) {
         const int occ = gpu().occupancy(l.fam, l.fn.c_str(), 256, l.smem);
         const int nb = l.K / 32;
@@ -346,7 +335,14 @@ int run(const std::string& dir, int iters, const std::string& only, const std::s
                   for (int i = 0; i < 50; ++i) go(i);
                 });
             }
-            const double us = time_us(go), gbps = l.bytes / (us * 1e-6) / 1e9;
+            for (int i = 0; i < 3; ++i) go(i);
+            float t3[3];
+            for (float& t : t3)
+              t = gpu().time_ms([&] {
+                for (int i = 0; i < iters; ++i) go(i + 3);
+              });
+            std::sort(t3, t3 + 3);
+            const double us = 1e3 * double(t3[1]) / iters, gbps = l.bytes / (us * 1e-6) / 1e9;
             const bool launcher = bps == 2 && S == S_launcher;
             const std::string name = std::string(sh.name) + (ls.size() > 1 ? (l.fn.find("_up_") != std::string::npos ? " up" : " down") : "");
             results.push_back({name, v->name, bps, S, grid, launcher, us, gbps});

@@ -54,7 +54,7 @@ constexpr bool path_arch_ok() {
 // path (FP4, sm_90a): a tile is 64 rows walked by a warpgroup, warp q of it rows 16 q .. 16 q + 15.
 template <bool FP4, int P>
 __device__ void up_mma_body(const float* x, int D, int F, int topk, const i32* idx, int n_experts, const float* rw,
-                            const ExpertW& w, int blk, float limit, int rb, float* h, int S) {
+                            const ExpertW& w, int blk, float limit, int rb, float* h, int S, int bid, int nblk) {
 #if defined(__CUDA_ARCH__)
   if constexpr (path_arch_ok<P>()) {
   constexpr bool WG = P == kPathWg, WO = P == kPathWo;
@@ -81,7 +81,7 @@ __device__ void up_mma_body(const float* x, int D, int F, int topk, const i32* i
   // before the dependent-launch wait, as the linear GEMVs.
   if (idx) grid_dep_wait();
   grid_dep_launch();
-  for (int grp = blockIdx.x; grp < groups; grp += gridDim.x) {
+  for (int grp = bid; grp < groups; grp += nblk) {
     const int tile = grp * tpg + unit / S;
     const int t = tile / tps, ft = (tile - t * tps) * TR, f0 = ft + 16 * q;
     const int e = tile < tiles ? expert_of(idx, t, n_experts) : -1;
@@ -94,7 +94,7 @@ __device__ void up_mma_body(const float* x, int D, int F, int topk, const i32* i
               mma_warp_scales(mma_sm, D, RS));
       ms.prefetch(b0, b1);
     }
-    if (grp == int(blockIdx.x)) {
+    if (grp == bid) {
       if (!idx) grid_dep_wait();
       stage_rows<FP4, P>(x, 1, D, xq, stride, xsc);
     }
@@ -127,7 +127,7 @@ __device__ void up_mma_body(const float* x, int D, int F, int topk, const i32* i
 // up_mma_body: a tile is 64 x TPW rows, warp q of its warpgroup rows 16 q + 64 m of each of the TPW matrices.
 template <bool FP4, int P>
 __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32* idx, int n_experts,
-                              const ExpertW& w, int blk, int rb, int round, float* out, int S) {
+                              const ExpertW& w, int blk, int rb, int round, float* out, int S, int bid, int nblk) {
 #if defined(__CUDA_ARCH__)
   if constexpr (path_arch_ok<P>()) {
   constexpr bool WG = P == kPathWg, WO = P == kPathWo;
@@ -154,7 +154,7 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
   // Routed slots too: the up lets this grid be scheduled only after its own wait for the routing, so the expert
   // indices are final before this grid's wait (read from L2), and the first group's weights stream in while the up
   // finishes.
-  for (int grp = blockIdx.x; grp < groups; grp += gridDim.x) {
+  for (int grp = bid; grp < groups; grp += nblk) {
     const int tile = grp * tpg + unit / S;
     const int t = tile / tps, dt = (tile - t * tps) * TR, d0 = dt + 16 * q;
     const int e = tile < tiles ? expert_of(idx, t, n_experts, true) : -1;
@@ -173,9 +173,9 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
     // Weight-only: the group's slots t_lo .. t_hi at local rows t - t_lo (restaged when a later group spans other
     // slots; every thread of the block walks the same groups, so the syncs are uniform).
     const int g_lo = (grp * tpg) / tps, g_hi = min(grp * tpg + tpg - 1, tiles - 1) / tps;
-    if (grp == int(blockIdx.x)) {
+    if (grp == bid) {
       grid_dep_wait();
-      const bool own = WO || int(gridDim.x) >= groups;
+      const bool own = WO || nblk >= groups;
       const int t_lo = own ? g_lo : 0, t_hi = own ? g_hi : topk - 1;
       const int r0 = WO ? 0 : t_lo;  // staged row of t_lo
       stage_rows<FP4, P>(h + i64(t_lo) * F, t_hi - t_lo + 1, F, xq + slot_rows<P>() * r0 * stride, stride, xsc + r0);
@@ -221,14 +221,16 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
                                  int n_experts, const float* rw, ExpertW w, int blk,                                \
                                  float limit, int rb, float* h, int ksplit) {                                       \
     SMELT_KERNEL_PROLOGUE_IN_BODY(); /* wait (first, unless the shared expert), then launch the dependents */    \
-    up_mma_body<FP4, P>(x, D, F, topk, idx, n_experts, rw, w, blk, limit, rb, h, ksplit);                         \
+    up_mma_body<FP4, P>(x, D, F, topk, idx, n_experts, rw, w, blk, limit, rb, h, ksplit, int(blockIdx.x),      \
+                        int(gridDim.x));                                                                         \
   }                                                                                                               \
   extern "C" __global__ void __launch_bounds__(256, SMELT_MMA_MIN_BLOCKS)                                           \
   smelt_moe_down_##NAME##_##SUFFIX(const float* h, int D, int F, int topk, const i32* idx,                           \
                                    int n_experts, ExpertW w, int blk, int rb, int round,                            \
                                    float* out, int ksplit) {                                                        \
     SMELT_KERNEL_PROLOGUE_WEIGHTS_FIRST();                                                                        \
-    down_mma_body<FP4, P>(h, D, F, topk, idx, n_experts, w, blk, rb, round, out, ksplit);                         \
+    down_mma_body<FP4, P>(h, D, F, topk, idx, n_experts, w, blk, rb, round, out, ksplit, int(blockIdx.x),    \
+                          int(gridDim.x));                                                                       \
   }
 SMELT_MOE_MMA(fp8, false, mma, kPathAq)
 SMELT_MOE_MMA(fp4, true, mma, kPathAq)
@@ -237,3 +239,31 @@ SMELT_MOE_MMA(fp4, true, wgmma, kPathWg)
 // Weight-only (sm_80+; rw, rb and round unused: the launcher passes 0).
 SMELT_MOE_MMA(fp8, false, wo_ring, kPathWo)
 SMELT_MOE_MMA(fp4, true, wo_ring, kPathWo)
+
+// The routed FP4 experts on wgmma and the shared FP8 expert (swiglu_mlp on the same x) in one launch each (sm_90a):
+// blocks [0, nblk) run the routed kernel's body, the rest the shared expert's smelt_moe_*_fp8_mma body, each as its
+// own kernel would over its own grid (the same bits). The routed up's 216 blocks leave 48 of the 264 two-block slots
+// of an H200 idle and finish unevenly (docs/performance.md "Session 21"); the shared expert's blocks take those slots
+// instead of running after the routed down and the combine. runtime/cuda/ops.cc run_experts launches them when the
+// backend pairs the two ops (backend.cc plan_fusions).
+extern "C" __global__ void __launch_bounds__(256, SMELT_MMA_MIN_BLOCKS)
+smelt_moe_up_fp4_wgmma_with_fp8(const float* x, int D, int F, int topk, const i32* idx, int n_experts, const float* rw,
+                                ExpertW w, int blk, float limit, int rb, float* h, int ksplit, int nblk, int F2,
+                                ExpertW w2, int blk2, float limit2, float* h2, int ksplit2) {
+  if (int(blockIdx.x) < nblk)
+    up_mma_body<true, kPathWg>(x, D, F, topk, idx, n_experts, rw, w, blk, limit, rb, h, ksplit, int(blockIdx.x), nblk);
+  else
+    up_mma_body<false, kPathAq>(x, D, F2, 1, nullptr, 1, nullptr, w2, blk2, limit2, rb, h2, ksplit2,
+                                int(blockIdx.x) - nblk, int(gridDim.x) - nblk);
+}
+extern "C" __global__ void __launch_bounds__(256, SMELT_MMA_MIN_BLOCKS)
+smelt_moe_down_fp4_wgmma_with_fp8(const float* h, int D, int F, int topk, const i32* idx, int n_experts, ExpertW w,
+                                  int blk, int rb, int round, float* out, int ksplit, int nblk, const float* h2,
+                                  int F2, ExpertW w2, int blk2, int round2, float* out2, int ksplit2) {
+  SMELT_KERNEL_PROLOGUE_WEIGHTS_FIRST();
+  if (int(blockIdx.x) < nblk)
+    down_mma_body<true, kPathWg>(h, D, F, topk, idx, n_experts, w, blk, rb, round, out, ksplit, int(blockIdx.x), nblk);
+  else
+    down_mma_body<false, kPathAq>(h2, D, F2, 1, nullptr, 1, w2, blk2, rb, round2, out2, ksplit2,
+                                  int(blockIdx.x) - nblk, int(gridDim.x) - nblk);
+}

@@ -265,6 +265,7 @@ CudaBackend::CudaBackend(const Plan& plan, const BackendOptions& o) : plan_(plan
       l.step = step_;
       l.stream = stream_;
       l.scratch = scratch_;
+      l.scratch_bytes = scratch;
       l.backend = this;
       l.sms = dev_.sms;
       l.arch = arch_num(arch_);
@@ -440,12 +441,16 @@ void CudaBackend::run_one(size_t k, int64_t p0, int rows) {
   check(d_.cuMemcpyHtoDAsync(step_, host_step_, sizeof info, stream_), "copying the step info");
   last_kernels_.clear();
   record_kernels_ = true;
+  OpLaunch* fused = ops_[k].fuse_shared;  // one op alone runs only its own kernels
+  ops_[k].fuse_shared = nullptr;
   try {
     run_op_at(k, rows);
   } catch (...) {
     record_kernels_ = false;
+    ops_[k].fuse_shared = fused;
     throw;
   }
+  ops_[k].fuse_shared = fused;
   record_kernels_ = false;
   CUresult r = d_.cuStreamSynchronize(stream_);
   if (r != 0) {
@@ -533,7 +538,34 @@ void CudaBackend::plan_side_stream() {
     a.side = side_on_ && side_kind(*l.op);
     a.fence = is_collective(l.op->spec->kind);
   }
+  plan_fusions();
   side_plan_ = smelt::runtime::cuda::plan_side_stream(access_);
+}
+
+// Pairs of ops whose kernels one launch may run (OpLaunch::fuse_shared): a main-stream moe_experts op and the
+// swiglu_mlp right after it on the same input (the V4.1 shared expert), on sm_90 (the fused kernels are wgmma ones),
+// when the swiglu_mlp's output overlaps nothing the moe_experts op reads or writes: the arena is planned in program
+// order, so that output may share bytes with the routing's results, which are dead by the swiglu_mlp but still read
+// by the combine. The moe_experts op's access then writes that output too, so that the side stream's schedule and
+// joins see the write where it happens. Only with $SMELT_CUDA_FUSE_SHARED=1 (or =up): the fused layers' MoE took ~4.5
+// us less, but the Engram projection after the first one took 25-40 us more, so the step was slower (H200, V4.1
+// slice, docs/performance.md "Session 22"; not explained yet).
+void CudaBackend::plan_fusions() {
+  const bool on = env_is("SMELT_CUDA_FUSE_SHARED", "1") || env_is("SMELT_CUDA_FUSE_SHARED", "up");
+  if (!on || arch_num(arch_) != 90) return;
+  for (size_t k = 0; k + 1 < ops_.size(); ++k) {
+    OpLaunch& a = ops_[k];
+    OpLaunch& b = ops_[k + 1];
+    if (a.op->spec->kind != OpKind::MoeExperts || b.op->spec->kind != OpKind::SwigluMlp) continue;
+    if (access_[k].side || access_[k + 1].side || !a.in[0] || a.in[0] != b.in[0] || !b.out[0]) continue;
+    const BufferRange y{b.out[0], b.out[0] + uint64_t(plan_.max_rows()) * uint64_t(b.out_w[0]) * 4};
+    bool overlap = false;
+    for (const BufferRange& r : access_[k].reads) overlap = overlap || r.overlaps(y);
+    for (const BufferRange& r : access_[k].writes) overlap = overlap || r.overlaps(y);
+    if (overlap) continue;
+    a.fuse_shared = &b;
+    access_[k].writes.push_back(y);
+  }
 }
 
 // The side ops due after main op m (-1: before the first) on the side stream, after the main stream's work so far.

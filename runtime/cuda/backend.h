@@ -174,6 +174,7 @@ class CudaBackend final : public Launcher {
   std::vector<OpAccess> access_;  // per op: the arena ranges it reads and writes, its states (side_stream.h)
   SideSchedule side_plan_;
   void plan_side_stream();
+  void plan_fusions();  // OpLaunch::fuse_shared pairs (called by plan_side_stream before its schedule)
   void launch_side_after(int m, int rows);
   void side_join(int slot);
   std::vector<std::pair<std::string, CUevent>>* profile_ = nullptr;  // run_profiled: an event per launch

@@ -53,6 +53,13 @@ struct OpLaunch {
   void* stream = nullptr;                // CUstream
   bool side = false;                     // on the side stream (an op marked stream = 1, while the side stream is on)
   DevPtr scratch = 0;                    // per-op scratch, as large as the launcher asked at prepare time
+  uint64_t scratch_bytes = 0;            // the region's size (the largest op's ask: more than this op's at few rows)
+  // A moe_experts op's swiglu_mlp successor on the same input (the shared expert), which this op's one-row decode
+  // kernels may run too (backend.cc plan_fusions checked the pair; ops.cc run_experts decides per run), and on the
+  // successor: `shared_done`, set by its predecessor each time it runs, when it did (the successor then launches
+  // nothing).
+  OpLaunch* fuse_shared = nullptr;
+  mutable bool shared_done = false;
   Launcher* backend = nullptr;
   int sms = 0;                           // the GPU's multiprocessors (sizes persistent grids; 0 = unknown)
   int arch = 0;                          // the loaded cubins' arch, 90 for sm_90 (picks arch-only kernels; 0 = unknown)

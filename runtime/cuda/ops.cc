@@ -284,10 +284,35 @@ ExpertW expert_weights(Ctx& c, int n_experts, bool scaled) {
   return ew;
 }
 
+// The routed experts (el) and the swiglu_mlp op after them (l.fuse_shared: the shared expert on the same x) in one up
+// and one down launch (ops_mma.h try_experts_mma_with_shared); the shared expert's h is carved from this op's scratch,
+// which must hold it. False: nothing launched, each op runs its own kernels.
+bool try_experts_with_shared(Ctx& c, const detail::ExpertsLaunch& el) {
+  const OpLaunch& l2 = *c.l.fuse_shared;
+  const OpRef& op2 = *l2.op;
+  if (!op2.scaled || !detail::model_rounding(op2)) return false;
+  Ctx c2{l2, false};  // the shared op's weights and formats (it launches nothing)
+  const DeviceWeight* w1 = weight(l2, 0);
+  if (!w1 || w1->shape.size() != 2) return false;
+  const detail::LinearW f = detail::linear_format(c2, w1, weight(l2, 1), "w1");
+  const ExpertW ew = expert_weights(c2, 1, true);  // one expert: base pointers, no table
+  const int F = int(w1->shape[0]);
+  const DevPtr h = c.scratch(uint64_t(F) * 4);
+  if (c.used > c.l.scratch_bytes) return false;
+  const detail::ExpertsLaunch s{l2.in[0], 0, 0, h, l2.out[0], ew, int(l2.in_w[0]), F, 1, 1, f,
+                                float(op2.f("swiglu_limit")), false, is_round(op2)};
+  return detail::try_experts_mma_with_shared(c, el, s);
+}
+
 // moe_experts (topk slots per row) and swiglu_mlp (one expert, no routing).
 void run_experts(Ctx& c, bool routed) {
   const OpLaunch& l = c.l;
   const OpRef& op = c.op();
+  if (!routed && l.shared_done && !c.dry) {  // the moe_experts op before it ran this op's kernels in its own
+    l.shared_done = false;
+    c.round_done = true;  // its down kernel applied the op's round
+    return;
+  }
   const int rows = l.rows, D = int(l.in_w[0]);
   const bool scaled = op.scaled;
   const int n_experts = routed ? int(op.i("n_experts")) : 1;
@@ -341,6 +366,14 @@ void run_experts(Ctx& c, bool routed) {
     for (int e = 0; e < n_experts; ++e)
       for (int j : {0, 2, 4}) c.reads(weight(l, size_t(e) * 6 + j), detail::model_rounding(op) != 0);
   if (scaled && detail::model_rounding(op)) {
+    if (routed && l.fuse_shared && !c.dry) {
+      l.fuse_shared->shared_done = false;
+      if (rows == 1 && detail::mma_kernels(l, 89) && try_experts_with_shared(c, el)) {
+        combine(0);
+        l.fuse_shared->shared_done = true;
+        return;
+      }
+    }
     if (rows == 1 && detail::mma_kernels(l, 89) && detail::try_experts_mma(c, el)) {  // tensor-core block sums
       combine(0);
       c.round_done = !routed;  // swiglu_mlp: the down kernel rounded l.out[0] when the op asks

@@ -124,6 +124,42 @@ bool try_experts_mma(Ctx& c, const ExpertsLaunch& a) {
   return true;
 }
 
+bool try_experts_mma_with_shared(Ctx& c, const ExpertsLaunch& a, const ExpertsLaunch& s) {
+  if (!wgmma_experts(c.l, a.f) || !s.f.quant || std::string(s.f.fmt) != "fp8" || a.topk < 1 || a.topk > 8 ||
+      s.topk != 1 || s.D != a.D || a.D % 32 || a.F % 32 || s.F % 32)
+    return false;
+  const unsigned smem_up = mma_smem_bytes(a.D, 1);
+  const unsigned smem_down = std::max(mma_smem_bytes(a.F, a.topk), mma_smem_bytes(s.F, 1));
+  if (smem_up > mma_smem_max(c.l) || smem_down > mma_smem_max(c.l)) return false;
+  const unsigned blocks = blocks_or(gemv_blocks(c.l));
+  const int rb = 1;
+  const std::array<int, 3>& xs = expert_split();
+  // Each part's grid and split as its own launch takes them (try_experts_mma).
+  const int64_t tiles_up = mma_wg_tiles(a.topk, a.F, 1), tiles_down = mma_wg_tiles(a.topk, a.D, kMmaDownTpw);
+  const int s_up = split_or(xs[0], mma_wg_ksplit(tiles_up, a.D / 32, blocks), 2);
+  const int s_down = split_or(xs[1], mma_wg_ksplit(tiles_down, a.F / 32, blocks), 2);
+  const unsigned r_up = unsigned(std::min<int64_t>(mma_wg_groups(tiles_up, s_up), blocks));
+  const unsigned r_down = unsigned(std::min<int64_t>(mma_wg_groups(tiles_down, s_down), blocks));
+  const SyncSplit sp = sync_split(s, blocks);
+  const unsigned g_up = grid(sp.tiles_up, sp.s_up, blocks), g_down = grid(sp.tiles_down, sp.s_down, blocks);
+  // The routed blocks first: they are the long ones, and the shared ones fill the slots they leave.
+  c.go("smelt_moe_up_fp4_wgmma_with_fp8", r_up + g_up, 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk, a.idx,
+       a.n_experts, a.rw, a.ew, int(a.f.blk), a.limit, rb, a.h, s_up, int(r_up), s.F, s.ew, int(s.f.blk), s.limit,
+       s.h, sp.s_up);
+  static const bool up_only = env_is("SMELT_CUDA_FUSE_SHARED", "up");  // A/B: the downs as two launches
+  if (up_only) {
+    c.go("smelt_moe_down_fp4_wgmma", r_down, 1, 1, kMmaWarps * 32, mma_smem_bytes(a.F, a.topk), a.h, a.D, a.F, a.topk,
+         a.idx, a.n_experts, a.ew, int(a.f.blk), rb, 0, a.out, s_down);
+    c.go("smelt_moe_down_fp8_mma", g_down, 1, 1, kMmaWarps * 32, mma_smem_bytes(s.F, 1), s.h, s.D, s.F, 1, DevPtr(0), 1,
+         s.ew, int(s.f.blk), rb, int(s.round), s.out, sp.s_down);
+    return true;
+  }
+  c.go("smelt_moe_down_fp4_wgmma_with_fp8", r_down + g_down, 1, 1, kMmaWarps * 32, smem_down, a.h, a.D, a.F, a.topk,
+       a.idx, a.n_experts, a.ew, int(a.f.blk), rb, 0, a.out, s_down, int(r_down), s.h, s.F, s.ew, int(s.f.blk),
+       int(s.round), s.out, sp.s_down);
+  return true;
+}
+
 // The weight-only FP8 / FP4 expert FFN of one row (moe_mma.cu smelt_moe_*_wo_ring, sm_80+): the act-quant kernels'
 // ring with the activations as f16 hi / lo halves; the down stages the slots its group's tiles span (the kernel's
 // count).

@@ -15,6 +15,12 @@ bool try_linear_mma(Ctx& c, DevPtr x, DevPtr y, const LinearW& f, DevPtr w, DevP
 // The V4.1 expert FFN of one row with the model's numerics (run_experts): up and down; swiglu_mlp's down kernel
 // applies the op's bf16 round (`a.round`).
 bool try_experts_mma(Ctx& c, const ExpertsLaunch& a);
+// The routed FP4 experts on wgmma (sm_90) and the shared FP8 expert `s` (one slot, the same x) in one up and one down
+// launch (moe_mma.cu smelt_moe_*_fp4_wgmma_with_fp8), each block running one kernel's body as its own launch would;
+// false (nothing launched) where either kernel does not apply. Only for ops the backend paired, which it does only with
+// $SMELT_CUDA_FUSE_SHARED=1 (=up: the downs as two launches): measured slower in the step (docs/performance.md
+// "Session 22").
+bool try_experts_mma_with_shared(Ctx& c, const ExpertsLaunch& a, const ExpertsLaunch& s);
 // The weight-only FP4 (and with $SMELT_CUDA_WO_RING=all FP8) expert FFN of one row (run_experts without the model's
 // numerics, sm_80+) on the same ring, in fp32 accuracy as the wo_mma kernels (ops_wo_mma.h), which take the other row
 // counts and formats.

@@ -20,6 +20,7 @@
 #include "kernels/quant/reference.h"
 #include "runtime/cuda/kernel_args.h"
 #include "runtime/cuda/mma_split.h"
+#include "tests/kernels_cuda/bits.h"
 #include "tests/kernels_cuda/harness.h"
 
 namespace {
@@ -27,6 +28,7 @@ namespace {
 using smelt::runtime::cuda::ExpertW;
 using smelt::test_cuda::DevPtr;
 using smelt::test_cuda::e8m0_codes;
+using smelt::test_cuda::expect_bits_equal;
 using smelt::test_cuda::fp8_codes;
 using smelt::test_cuda::gemv_aq_smem;
 using smelt::test_cuda::gpu;
@@ -211,26 +213,39 @@ TEST(CudaMmaKernels, GemvFp8NanCodesCountAsZero) {
 // Experts: up (g, u, swiglu) and down of the selected experts against the _aq_dec kernels; an invalid slot.
 // wg: the wgmma kernels (FP4, sm_90: smelt_moe_*_fp4_wgmma, 64-row tiles of a warpgroup, K split <= 2).
 // outlier: x[k] *= outlier at k % 32 == 5 (an activation far above the rest of its block, as the models have).
+// E experts' w1 / w2 / w3 (F x D, D x F, F x D; 128-blocks for FP8) on the GPU in the act-quant kernels' layout.
+struct Experts {
+  std::vector<Weights> w1, w2, w3;
+  ExpertW ew;
+};
+Experts put_experts(bool fp4, int E, int D, int F, uint32_t seed) {
+  Experts x;
+  std::vector<uint8_t> b1, b2, b3, c1, c2, c3;
+  for (int e = 0; e < E; ++e) {
+    x.w1.push_back(make_weights(fp4, F, D, 128, seed + 10 * e));
+    x.w2.push_back(make_weights(fp4, D, F, 128, seed + 10 * e + 3));
+    x.w3.push_back(make_weights(fp4, F, D, 128, seed + 10 * e + 6));
+    const Weights &w1 = x.w1.back(), &w2 = x.w2.back(), &w3 = x.w3.back();
+    b1.insert(b1.end(), w1.w.begin(), w1.w.end()), c1.insert(c1.end(), w1.s.begin(), w1.s.end());
+    b2.insert(b2.end(), w2.w.begin(), w2.w.end()), c2.insert(c2.end(), w2.s.begin(), w2.s.end());
+    b3.insert(b3.end(), w3.w.begin(), w3.w.end()), c3.insert(c3.end(), w3.s.begin(), w3.s.end());
+  }
+  const int64_t wn1 = int64_t(x.w1[0].w.size()), sn1 = int64_t(x.w1[0].s.size());
+  const int64_t wn2 = int64_t(x.w2[0].w.size()), sn2 = int64_t(x.w2[0].s.size());
+  const int pk = fp4 ? 2 : 1;  // weight bytes a row: D / pk (w1, w3), F / pk (w2)
+  x.ew = ExpertW{{gpu().put_aq(b1, F, D / pk, fp4), gpu().put(c1), gpu().put_aq(b2, D, F / pk, fp4), gpu().put(c2),
+                  gpu().put_aq(b3, F, D / pk, fp4), gpu().put(c3)},
+                 {wn1, sn1, wn2, sn2, wn1, sn1},
+                 0};
+  return x;
+}
+
 void run_moe(bool fp4, int E, int D, int F, const std::vector<int32_t>& idx, bool model, unsigned grid, uint32_t seed,
              Stats& st, bool wg = false, float outlier = 0.f) {
   const int topk = int(idx.size());
-  std::vector<Weights> w1, w2, w3;
-  std::vector<uint8_t> b1, b2, b3, c1, c2, c3;
-  for (int e = 0; e < E; ++e) {
-    w1.push_back(make_weights(fp4, F, D, 128, seed + 10 * e));
-    w2.push_back(make_weights(fp4, D, F, 128, seed + 10 * e + 3));
-    w3.push_back(make_weights(fp4, F, D, 128, seed + 10 * e + 6));
-    b1.insert(b1.end(), w1[e].w.begin(), w1[e].w.end()), c1.insert(c1.end(), w1[e].s.begin(), w1[e].s.end());
-    b2.insert(b2.end(), w2[e].w.begin(), w2[e].w.end()), c2.insert(c2.end(), w2[e].s.begin(), w2[e].s.end());
-    b3.insert(b3.end(), w3[e].w.begin(), w3[e].w.end()), c3.insert(c3.end(), w3[e].s.begin(), w3[e].s.end());
-  }
-  const int64_t wn1 = int64_t(w1[0].w.size()), sn1 = int64_t(w1[0].s.size());
-  const int64_t wn2 = int64_t(w2[0].w.size()), sn2 = int64_t(w2[0].s.size());
-  const int pk = fp4 ? 2 : 1;  // weight bytes a row: D / pk (w1, w3), F / pk (w2)
-  ExpertW ew{{gpu().put_aq(b1, F, D / pk, fp4), gpu().put(c1), gpu().put_aq(b2, D, F / pk, fp4), gpu().put(c2),
-              gpu().put_aq(b3, F, D / pk, fp4), gpu().put(c3)},
-             {wn1, sn1, wn2, sn2, wn1, sn1},
-             0};
+  const Experts ex = put_experts(fp4, E, D, F, seed);
+  const std::vector<Weights>&w1 = ex.w1, &w2 = ex.w2, &w3 = ex.w3;
+  const ExpertW& ew = ex.ew;
   auto x = randn(size_t(D), seed + 99, 1.f);
   if (outlier != 0.f)
     for (int k = 5; k < D; k += 32) x[size_t(k)] *= outlier;
@@ -342,6 +357,63 @@ TEST(CudaMmaKernels, MoeWgmmaWithinToleranceOfTheExactKernels) {
   }
   out.print("fp4 experts on wgmma, an outlier a block");
   out_mma.print("fp4 experts on mma.sync, the same");
+}
+
+// The routed FP4 experts on wgmma and the shared FP8 expert in one launch each (smelt_moe_*_fp4_wgmma_with_fp8, what
+// runtime/cuda/ops_mma.cc try_experts_mma_with_shared launches): every output the same bits as the two kernels'
+// separate launches, at the V4.1-Flash shapes (the launcher's grids) and at small ones with tiles past F / D and
+// persistent grids smaller than the groups (r / g blocks for the routed / shared parts).
+void run_moe_with_shared(int D, int F, int F2, const std::vector<int32_t>& idx, int E, unsigned r_up, unsigned g_up,
+                         unsigned r_down, unsigned g_down, uint32_t seed) {
+  namespace rc = smelt::runtime::cuda;
+  const int topk = int(idx.size());
+  const Experts routed = put_experts(true, E, D, F, seed), shared = put_experts(false, 1, D, F2, seed + 1000);
+  auto x = randn(size_t(D), seed + 99, 1.f);
+  std::vector<float> rwv(idx.size());
+  for (int t = 0; t < topk; ++t) rwv[size_t(t)] = 0.25f * float(t + 1);
+  DevPtr dx = gpu().put(x), didx = gpu().put(idx), rw = gpu().put(rwv);
+  const float limit = 0.05f, limit2 = 0.07f;
+  const int s_up = rc::mma_wg_ksplit(rc::mma_wg_tiles(topk, F, 1), D / 32, 264);
+  const int s_down = rc::mma_wg_ksplit(rc::mma_wg_tiles(topk, D, 2), F / 32, 264);
+  const int s2_up = ksplit((F2 + 15) / 16, D / 32, 264), s2_down = ksplit((D + 31) / 32, F2 / 32, 264);
+  const std::string what = "D " + std::to_string(D) + " F " + std::to_string(F) + " shared F " + std::to_string(F2);
+  const size_t nh = size_t(topk) * F, no = size_t(topk) * D;
+  DevPtr h0 = gpu().alloc(nh * 4), h1 = gpu().alloc(nh * 4), g0 = gpu().alloc(size_t(F2) * 4),
+         g1 = gpu().alloc(size_t(F2) * 4);
+  gpu().launch("moe", "smelt_moe_up_fp4_wgmma", r_up, 1, 1, 256, mma_smem(D, 1), dx, D, F, topk, didx, E, rw,
+               routed.ew, 128, limit, 1, h0, s_up);
+  gpu().launch("moe", "smelt_moe_up_fp8_mma", g_up, 1, 1, 256, mma_smem(D, 1), dx, D, F2, 1, DevPtr(0), 1, DevPtr(0),
+               shared.ew, 128, limit2, 1, g0, s2_up);
+  gpu().launch("moe", "smelt_moe_up_fp4_wgmma_with_fp8", r_up + g_up, 1, 1, 256, mma_smem(D, 1), dx, D, F, topk, didx,
+               E, rw, routed.ew, 128, limit, 1, h1, s_up, int(r_up), F2, shared.ew, 128, limit2, g1, s2_up);
+  expect_bits_equal(gpu().get<float>(h1, nh), gpu().get<float>(h0, nh), what + " routed up");
+  expect_bits_equal(gpu().get<float>(g1, size_t(F2)), gpu().get<float>(g0, size_t(F2)), what + " shared up");
+  DevPtr o0 = gpu().alloc(no * 4), o1 = gpu().alloc(no * 4), y0 = gpu().alloc(size_t(D) * 4),
+         y1 = gpu().alloc(size_t(D) * 4);
+  const unsigned smem_down = std::max(mma_smem(F, topk), mma_smem(F2, 1));
+  gpu().launch("moe", "smelt_moe_down_fp4_wgmma", r_down, 1, 1, 256, mma_smem(F, topk), h0, D, F, topk, didx, E,
+               routed.ew, 128, 1, 0, o0, s_down);
+  gpu().launch("moe", "smelt_moe_down_fp8_mma", g_down, 1, 1, 256, mma_smem(F2, 1), g0, D, F2, 1, DevPtr(0), 1,
+               shared.ew, 128, 1, 1, y0, s2_down);
+  gpu().launch("moe", "smelt_moe_down_fp4_wgmma_with_fp8", r_down + g_down, 1, 1, 256, smem_down, h0, D, F, topk, didx,
+               E, routed.ew, 128, 1, 0, o1, s_down, int(r_down), g0, F2, shared.ew, 128, 1, y1, s2_down);
+  expect_bits_equal(gpu().get<float>(o1, no), gpu().get<float>(o0, no), what + " routed down");
+  expect_bits_equal(gpu().get<float>(y1, size_t(D)), gpu().get<float>(y0, size_t(D)), what + " shared down (bf16)");
+}
+
+TEST(CudaMmaKernels, MoeWgmmaWithSharedExpertSameBits) {
+  NEED_MMA();
+  if (!has_wgmma()) GTEST_SKIP() << "wgmma needs sm_90";
+  namespace rc = smelt::runtime::cuda;
+  // The V4.1-Flash shapes at the launcher's grids: 216 + 144 blocks up, 240 + 160 down.
+  const int64_t tu = rc::mma_wg_tiles(6, 2304, 1), td = rc::mma_wg_tiles(6, 5120, 2);
+  const unsigned r_up = unsigned(std::min<int64_t>(rc::mma_wg_groups(tu, rc::mma_wg_ksplit(tu, 160, 264)), 264));
+  const unsigned r_down = unsigned(std::min<int64_t>(rc::mma_wg_groups(td, rc::mma_wg_ksplit(td, 72, 264)), 264));
+  auto sync_grid = [](int64_t tiles, int S) { return unsigned(std::min<int64_t>((tiles + 8 / S - 1) / (8 / S), 264)); };
+  const unsigned g_up = sync_grid(144, ksplit(144, 160, 264)), g_down = sync_grid(160, ksplit(160, 72, 264));
+  run_moe_with_shared(5120, 2304, 2304, {5, 0, 3, 1, 4, 2}, 6, r_up, g_up, r_down, g_down, 700);
+  // Small: tiles past F (224) and D (320), an invalid slot, 3 / 2 persistent blocks for the parts.
+  run_moe_with_shared(320, 224, 96, {2, 0, -1, 1}, 3, 3, 2, 3, 2, 800);
 }
 
 }  // namespace

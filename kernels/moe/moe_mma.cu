@@ -250,6 +250,7 @@ extern "C" __global__ void __launch_bounds__(256, SMELT_MMA_MIN_BLOCKS)
 smelt_moe_up_fp4_wgmma_with_fp8(const float* x, int D, int F, int topk, const i32* idx, int n_experts, const float* rw,
                                 ExpertW w, int blk, float limit, int rb, float* h, int ksplit, int nblk, int F2,
                                 ExpertW w2, int blk2, float limit2, float* h2, int ksplit2) {
+  SMELT_KERNEL_PROLOGUE_IN_BODY();  // each body: the routed wait first, the shared weights before it
   if (int(blockIdx.x) < nblk)
     up_mma_body<true, kPathWg>(x, D, F, topk, idx, n_experts, rw, w, blk, limit, rb, h, ksplit, int(blockIdx.x), nblk);
   else

@@ -336,23 +336,39 @@ void CudaBackend::release() noexcept {
   ctx_ = nullptr;
 }
 
+// $SMELT_CUDA_CARVEOUT=P (0..100): every kernel's preferred shared-memory carveout, P percent of the unified L1 /
+// shared memory (A/B timing: the driver's default picks one per kernel, and a multiprocessor changes its split only
+// when idle, so a GEMV's blocks may not join one still running a small kernel of another split); -1 when unset.
+static int carveout_pref() {
+  static const int p = [] {
+    const char* v = std::getenv("SMELT_CUDA_CARVEOUT");
+    if (!v || !*v) return -1;
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (*end || n < 0 || n > 100) throw Error("SMELT_CUDA_CARVEOUT=" + std::string(v) + ": expected 0 to 100");
+    return int(n);
+  }();
+  return p;
+}
+
 CUfunction CudaBackend::function(const char* name) {
   auto it = functions_.find(std::string_view(name));
   if (it != functions_.end()) return it->second;
+  auto found = [&](CUfunction f) {
+    if (carveout_pref() >= 0) check(d_.cuFuncSetAttribute(f, kFuncAttrPreferredSharedCarveout, carveout_pref()), name);
+    functions_.emplace(name, f);
+    return f;
+  };
   // Ask only the module whose symbol table has the name (a miss is an error compute-sanitizer reports).
   auto mod = module_of_.find(std::string_view(name));
   if (mod != module_of_.end()) {
     CUfunction f = nullptr;
     check(d_.cuModuleGetFunction(&f, mod->second, name), name);
-    functions_.emplace(name, f);
-    return f;
+    return found(f);
   }
   for (CUmodule m : modules_) {
     CUfunction f = nullptr;
-    if (d_.cuModuleGetFunction(&f, m, name) == 0) {
-      functions_.emplace(name, f);
-      return f;
-    }
+    if (d_.cuModuleGetFunction(&f, m, name) == 0) return found(f);
   }
   throw Error(plan_.path() + ": no kernel module of this plan for " + arch_ + " has the kernel " + name +
               " (the plan was compiled by a smelt without it: recompile the plan)");

@@ -23,6 +23,7 @@ constexpr int kAttrComputeCapabilityMajor = 75;
 constexpr int kAttrComputeCapabilityMinor = 76;
 constexpr int kAttrMultiprocessorCount = 16;
 constexpr int kFuncAttrMaxDynamicSharedBytes = 8;
+constexpr int kFuncAttrPreferredSharedCarveout = 9;  // CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT (percent)
 constexpr unsigned kStreamNonBlocking = 1;
 constexpr unsigned kEventDisableTiming = 2;  // CU_EVENT_DISABLE_TIMING
 constexpr int kCaptureModeThreadLocal = 1;

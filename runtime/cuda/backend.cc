@@ -574,13 +574,11 @@ void CudaBackend::plan_fusions() {
     OpLaunch& b = ops_[k + 1];
     if (a.op->spec->kind != OpKind::MoeExperts || b.op->spec->kind != OpKind::SwigluMlp) continue;
     if (access_[k].side || access_[k + 1].side || !a.in[0] || a.in[0] != b.in[0] || !b.out[0]) continue;
-    const BufferRange y{b.out[0], b.out[0] + uint64_t(plan_.max_rows()) * uint64_t(b.out_w[0]) * 4};
-    bool overlap = false;
-    for (const BufferRange& r : access_[k].reads) overlap = overlap || r.overlaps(y);
-    for (const BufferRange& r : access_[k].writes) overlap = overlap || r.overlaps(y);
-    if (overlap) continue;
+    OpAccess y;  // the swiglu_mlp's output, written
+    y.writes.push_back({b.out[0], b.out[0] + uint64_t(plan_.max_rows()) * uint64_t(b.out_w[0]) * 4});
+    if (hazard(access_[k], y)) continue;
     a.fuse_shared = &b;
-    access_[k].writes.push_back(y);
+    access_[k].writes.push_back(y.writes[0]);
   }
 }
 

@@ -95,23 +95,35 @@ SyncSplit sync_split(const ExpertsLaunch& a, unsigned blocks) {
   return r;
 }
 
+// The wgmma expert kernels' tiles (mma_split.h: 64-row up / 64 x kMmaDownTpw down tiles of a warpgroup), K splits
+// (<= 2, or $SMELT_CUDA_EXPERT_SPLIT) and persistent grids.
+struct WgSplit {
+  int s_up, s_down;
+  unsigned grid_up, grid_down;
+};
+WgSplit wg_split(const ExpertsLaunch& a, unsigned blocks) {
+  const std::array<int, 3>& xs = expert_split();
+  const int64_t tiles_up = mma_wg_tiles(a.topk, a.F, 1), tiles_down = mma_wg_tiles(a.topk, a.D, kMmaDownTpw);
+  WgSplit r;
+  r.s_up = split_or(xs[0], mma_wg_ksplit(tiles_up, a.D / 32, blocks), 2);
+  r.s_down = split_or(xs[1], mma_wg_ksplit(tiles_down, a.F / 32, blocks), 2);
+  r.grid_up = unsigned(std::min<int64_t>(mma_wg_groups(tiles_up, r.s_up), blocks));
+  r.grid_down = unsigned(std::min<int64_t>(mma_wg_groups(tiles_down, r.s_down), blocks));
+  return r;
+}
+
 bool try_experts_mma(Ctx& c, const ExpertsLaunch& a) {
   if (!a.f.quant || a.topk < 1 || a.topk > 8 || a.D % 32 || a.F % 32) return false;
   const unsigned smem_up = mma_smem_bytes(a.D, 1), smem_down = mma_smem_bytes(a.F, a.topk);
   if (smem_up > mma_smem_max(c.l) || smem_down > mma_smem_max(c.l)) return false;
   const unsigned blocks = blocks_or(gemv_blocks(c.l));
   const int rb = 1;  // the model's numerics (the caller's branch)
-  const std::array<int, 3>& xs = expert_split();
   if (wgmma_experts(c.l, a.f)) {
-    // mma_split.h: 64-row (up) / 64 x kMmaDownTpw (down) tiles of a warpgroup, K split <= 2.
-    const int64_t tiles_up = mma_wg_tiles(a.topk, a.F, 1), tiles_down = mma_wg_tiles(a.topk, a.D, kMmaDownTpw);
-    const int s_up = split_or(xs[0], mma_wg_ksplit(tiles_up, a.D / 32, blocks), 2);
-    const int s_down = split_or(xs[1], mma_wg_ksplit(tiles_down, a.F / 32, blocks), 2);
-    auto wg_grid = [&](int64_t tiles, int S) { return unsigned(std::min<int64_t>(mma_wg_groups(tiles, S), blocks)); };
-    c.go("smelt_moe_up_fp4_wgmma", wg_grid(tiles_up, s_up), 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk,
-         a.idx, a.n_experts, a.rw, a.ew, int(a.f.blk), a.limit, rb, a.h, s_up);
-    c.go("smelt_moe_down_fp4_wgmma", wg_grid(tiles_down, s_down), 1, 1, kMmaWarps * 32, smem_down, a.h, a.D, a.F,
-         a.topk, a.idx, a.n_experts, a.ew, int(a.f.blk), rb, int(!a.routed && a.round), a.out, s_down);
+    const WgSplit w = wg_split(a, blocks);
+    c.go("smelt_moe_up_fp4_wgmma", w.grid_up, 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk, a.idx,
+         a.n_experts, a.rw, a.ew, int(a.f.blk), a.limit, rb, a.h, w.s_up);
+    c.go("smelt_moe_down_fp4_wgmma", w.grid_down, 1, 1, kMmaWarps * 32, smem_down, a.h, a.D, a.F, a.topk, a.idx,
+         a.n_experts, a.ew, int(a.f.blk), rb, int(!a.routed && a.round), a.out, w.s_down);
     return true;
   }
   const SyncSplit sp = sync_split(a, blocks);
@@ -133,13 +145,10 @@ bool try_experts_mma_with_shared(Ctx& c, const ExpertsLaunch& a, const ExpertsLa
   if (smem_up > mma_smem_max(c.l) || smem_down > mma_smem_max(c.l)) return false;
   const unsigned blocks = blocks_or(gemv_blocks(c.l));
   const int rb = 1;
-  const std::array<int, 3>& xs = expert_split();
   // Each part's grid and split as its own launch takes them (try_experts_mma).
-  const int64_t tiles_up = mma_wg_tiles(a.topk, a.F, 1), tiles_down = mma_wg_tiles(a.topk, a.D, kMmaDownTpw);
-  const int s_up = split_or(xs[0], mma_wg_ksplit(tiles_up, a.D / 32, blocks), 2);
-  const int s_down = split_or(xs[1], mma_wg_ksplit(tiles_down, a.F / 32, blocks), 2);
-  const unsigned r_up = unsigned(std::min<int64_t>(mma_wg_groups(tiles_up, s_up), blocks));
-  const unsigned r_down = unsigned(std::min<int64_t>(mma_wg_groups(tiles_down, s_down), blocks));
+  const WgSplit w = wg_split(a, blocks);
+  const int s_up = w.s_up, s_down = w.s_down;
+  const unsigned r_up = w.grid_up, r_down = w.grid_down;
   const SyncSplit sp = sync_split(s, blocks);
   const unsigned g_up = grid(sp.tiles_up, sp.s_up, blocks), g_down = grid(sp.tiles_down, sp.s_down, blocks);
   // The routed blocks first: they are the long ones, and the shared ones fill the slots they leave.

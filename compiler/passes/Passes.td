@@ -96,7 +96,9 @@ def SmeltScheduleStreams : Pass<"smelt-schedule-streams", "::mlir::ModuleOp"> {
     (default) an op whose every operand comes from a marked op is marked too (the kv branch's norm and rope after
     smelt.linear@attn.wkv), unless it references states (an op with states is marked only when selected). With
     hoist (default) each marked op moves up to just after its operands' producers, the previous marked op and the
-    previous op that shares one of its states, so that the arena gives its buffers to it alone. The cuda runtime runs them on a
+    previous op that shares one of its states, so that the arena gives its buffers to it alone; with sink-mix
+    (default) a marked smelt.hc_mix then moves down past the side ops before its first user (the attention's kv
+    branch and indexer projections run first on the in-order side stream: the attention waits for them). The cuda runtime runs them on a
     second stream, starting each after the last op it depends on and making the main stream wait where a later op
     needs its results, its buffers or its states (runtime/cuda/side_stream.h), so any op may be marked. Part of the
     default pipeline for GPU targets; the cpu backend ignores the attribute.
@@ -110,6 +112,9 @@ def SmeltScheduleStreams : Pass<"smelt-schedule-streams", "::mlir::ModuleOp"> {
            "also mark an op whose every operand comes from a marked op (unless it has states)">,
     Option<"hoist", "hoist", "bool", /*default=*/"true",
            "move each marked op up to just after its operands' producers and the previous marked op">,
+    Option<"sinkMix", "sink-mix", "bool", /*default=*/"true",
+           "then move each marked smelt.hc_mix down past the side ops before its first user (the kv branch, the "
+           "indexer projections; not a side-stream shared expert), so that those run first">,
   ];
 }
 

@@ -3,9 +3,12 @@
 // op's buffers where a side op may start and where the main stream must wait for it (runtime/cuda/side_stream.h),
 // so the attribute is a permission, never a correctness risk (states count whole, as written). Users can move other
 // ops in an IR dump and compile from it (--compile-from); docs/performance.md has what was measured.
+#include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -98,6 +101,49 @@ void hoist_marked(mlir::ModuleOp module, const llvm::DenseSet<mlir::Operation*>&
   });
 }
 
+// Moves every marked smelt.hc_mix down to just after the last of the marked ops after it whose results the main
+// stream needs before the mix's (their deadline: the first unmarked op reading them or what marked ops make from
+// them), past no smelt.swiglu_mlp. Hoisting puts a site's mix (whose pre / post / comb are first read at the site's
+// hc_expand, a sublayer later) ahead of the attention's kv branch on the in-order side stream, so the branch that
+// the attention waits for started only after the mix's one-block Sinkhorn (V4.1-Flash slice, H200 timeline: layer 1's
+// kv branch ended 5.5 us after the q path). A side-stream shared expert (fp32 numerics) is not passed: its result is
+// read just before the hc_expand that needs the mix, and it runs far longer than the mix.
+void sink_mixes(mlir::ModuleOp module, const llvm::DenseSet<mlir::Operation*>& marked) {
+  module.walk([&](mlir::func::FuncOp fn) {
+    for (mlir::Block& block : fn.getBody()) {
+      llvm::DenseMap<mlir::Operation*, int64_t> pos;
+      llvm::SmallVector<mlir::Operation*> mixes;
+      int64_t i = 0;
+      for (mlir::Operation& op : block) {
+        pos[&op] = i++;
+        if (marked.contains(&op) && op.getName().getStringRef() == "smelt.hc_mix") mixes.push_back(&op);
+      }
+      llvm::DenseMap<mlir::Operation*, int64_t> memo;
+      std::function<int64_t(mlir::Operation*)> deadline = [&](mlir::Operation* op) -> int64_t {
+        if (auto it = memo.find(op); it != memo.end()) return it->second;
+        int64_t d = std::numeric_limits<int64_t>::max();
+        for (mlir::Operation* u : op->getUsers()) {
+          if (u->getBlock() != &block) continue;
+          d = std::min(d, marked.contains(u) ? deadline(u) : pos[u]);
+        }
+        return memo[op] = d;
+      };
+      for (mlir::Operation* mix : mixes) {
+        const int64_t due = deadline(mix);
+        mlir::Operation* last = nullptr;
+        for (mlir::Operation* p = mix->getNextNode(); p && pos[p] < due; p = p->getNextNode()) {
+          if (!marked.contains(p)) continue;
+          if (p->getName().getStringRef() == "smelt.swiglu_mlp" || p->getName().getStringRef() == "smelt.hc_mix" ||
+              deadline(p) >= due)
+            break;
+          last = p;
+        }
+        if (last) mix->moveAfter(last);
+      }
+    }
+  });
+}
+
 struct ScheduleStreams : impl::SmeltScheduleStreamsBase<ScheduleStreams> {
   using SmeltScheduleStreamsBase::SmeltScheduleStreamsBase;
 
@@ -128,6 +174,7 @@ struct ScheduleStreams : impl::SmeltScheduleStreamsBase<ScheduleStreams> {
       marked.insert(op);
     });
     if (hoist) hoist_marked(module, marked);
+    if (sinkMix) sink_mixes(module, marked);
     record_pass(module, *this);
   }
 };

@@ -30,9 +30,11 @@ namespace {
 // shared expert under fp32 numerics (the weight-only kernels of the sm_80 path) beside the routing and the routed
 // experts: 1.290-1.292 -> 1.279-1.285 ms (session 18); with the model's numerics (the sm_90 path's act-quant
 // tensor-core GEMVs) it measured slower there (1.170-1.179 -> 1.244-1.252), so it is not marked then.
+// V4.1's smelt.engram_hash (one block, ~7 us: the n-gram hashes of the token history, first read by the first Engram
+// layer's lookup) ran on the main stream between the embedding and the first layer's hc_init (H200 timeline).
 std::vector<std::string> default_side_ops() {
-  return {"smelt.hc_mix", "smelt.linear@attn.wkv", "smelt.linear@indexer.wq_b", "smelt.linear@indexer.weights_proj",
-          "smelt.swiglu_mlp#fp32"};
+  return {"smelt.hc_mix",          "smelt.linear@attn.wkv", "smelt.linear@indexer.wq_b", "smelt.linear@indexer.weights_proj",
+          "smelt.swiglu_mlp#fp32", "smelt.engram_hash"};
 }
 
 // One side-ops entry: an op name, optionally with `@NAME` (only the ops whose weights include one named

@@ -394,6 +394,92 @@ extern "C" __global__ void smelt_hc_expand_bf16(const float* X, const float* y, 
   hc_expand_body<true>(X, y, post, comb, D, out);
 }
 
+// A sublayer's seam in one pass (runtime/cuda/backend.cc plan_seams: adjacent ops of the plan whose values flow only
+// between them): ADD: y = a + b (the FFN's routed and shared experts' sum, written), else y is read; then hc_expand,
+// out[k] = post[k] * y + sum_a comb[a*n + k] * X[a] for every stream k, and the next site's hc_collapse of out,
+// u = sum_c pre[c] * out[c] (pre == nullptr: out[0]). Every value with the separate kernels' operations in their order
+// (smelt_add, hc_expand_body, hc_collapse_body): the same bits. R: each op's round = "bf16" (all three or none).
+// A thread owns column d of every row buffer and reads all its inputs before it writes (the stores could alias the
+// mix's coefficients for the compiler, which then issued each stream's loads after the previous stream's stores: four
+// L2 round trips), so a written row buffer may share bytes with a read one as the same column (ops.cc run_seam).
+// grid (ceil(D/256), rows).
+template <int N, bool ADD, bool R>
+__device__ __forceinline__ void hc_seam_body(const float* a, const float* b, float* y, const float* X, const float* post,
+                                             const float* comb, const float* pre, int D, float* out, float* u) {
+  const i64 r = blockIdx.y;
+  const int d = blockIdx.x * blockDim.x + threadIdx.x;
+  if (d >= D) return;
+  float xv[N], po[N], pr[N], c[N * N];
+  const float* x = X + r * N * D;
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+    xv[j] = x[i64(j) * D + d];
+    po[j] = post[r * N + j];
+    pr[j] = pre ? pre[r * N + j] : 0.f;
+  }
+#pragma unroll
+  for (int j = 0; j < N * N; ++j) c[j] = comb[r * N * N + j];
+  float yv;
+  if (ADD) {
+    const float av = a[r * D + d], bv = b[r * D + d];
+    yv = __fadd_rn(av, bv);
+    if (R) yv = round_bf16(yv);
+  } else {
+    yv = y[r * D + d];
+  }
+  float v[N];
+  float su = 0.f;
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    float s = 0.f;
+#pragma unroll
+    for (int j = 0; j < N; ++j) s = __fadd_rn(s, __fmul_rn(c[j * N + k], xv[j]));
+    v[k] = __fadd_rn(__fmul_rn(po[k], yv), s);
+    if (R) v[k] = round_bf16(v[k]);
+    su = __fadd_rn(su, __fmul_rn(pr[k], v[k]));
+  }
+  if (!pre) su = v[0];
+  if (R) su = round_bf16(su);
+  if (ADD) y[r * D + d] = yv;
+#pragma unroll
+  for (int k = 0; k < N; ++k) out[(r * N + k) * D + d] = v[k];
+  u[r * D + d] = su;
+}
+template <bool ADD, bool R>
+__device__ __forceinline__ void hc_seam(const float* a, const float* b, float* y, const float* X, const float* post,
+                                        const float* comb, const float* pre, int n, int D, float* out, float* u) {
+  switch (n) {
+#define SMELT_HC_SEAM(N) \
+  case N: hc_seam_body<N, ADD, R>(a, b, y, X, post, comb, pre, D, out, u); break;
+    SMELT_HC_SEAM(1) SMELT_HC_SEAM(2) SMELT_HC_SEAM(3) SMELT_HC_SEAM(4) SMELT_HC_SEAM(5) SMELT_HC_SEAM(6)
+    SMELT_HC_SEAM(7) SMELT_HC_SEAM(8)
+#undef SMELT_HC_SEAM
+    default: break;  // the backend fuses hc_mult <= 8 only
+  }
+}
+extern "C" __global__ void smelt_hc_seam(const float* y, const float* X, const float* post, const float* comb,
+                                         const float* pre, int n, int D, float* out, float* u) {
+  SMELT_KERNEL_PROLOGUE();
+  hc_seam<false, false>(nullptr, nullptr, const_cast<float*>(y), X, post, comb, pre, n, D, out, u);
+}
+extern "C" __global__ void smelt_hc_seam_bf16(const float* y, const float* X, const float* post, const float* comb,
+                                              const float* pre, int n, int D, float* out, float* u) {
+  SMELT_KERNEL_PROLOGUE();
+  hc_seam<false, true>(nullptr, nullptr, const_cast<float*>(y), X, post, comb, pre, n, D, out, u);
+}
+extern "C" __global__ void smelt_hc_seam_add(const float* a, const float* b, float* y, const float* X,
+                                             const float* post, const float* comb, const float* pre, int n, int D,
+                                             float* out, float* u) {
+  SMELT_KERNEL_PROLOGUE();
+  hc_seam<true, false>(a, b, y, X, post, comb, pre, n, D, out, u);
+}
+extern "C" __global__ void smelt_hc_seam_add_bf16(const float* a, const float* b, float* y, const float* X,
+                                                  const float* post, const float* comb, const float* pre, int n,
+                                                  int D, float* out, float* u) {
+  SMELT_KERNEL_PROLOGUE();
+  hc_seam<true, true>(a, b, y, X, post, comb, pre, n, D, out, u);
+}
+
 // m[r, d] = bf16(sum_c X[r, c, d] / n) (rb = 0, numerics fp32: not rounded). grid (ceil(D/256), rows).
 extern "C" __global__ void smelt_hc_mean(const float* X, int n, int D, int rb, float* m) {
   SMELT_KERNEL_PROLOGUE();

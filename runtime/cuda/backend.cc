@@ -458,15 +458,19 @@ void CudaBackend::run_one(size_t k, int64_t p0, int rows) {
   last_kernels_.clear();
   record_kernels_ = true;
   OpLaunch* fused = ops_[k].fuse_shared;  // one op alone runs only its own kernels
+  OpLaunch* seam = ops_[k].seam_collapse;
   ops_[k].fuse_shared = nullptr;
+  ops_[k].seam_collapse = nullptr;
   try {
     run_op_at(k, rows);
   } catch (...) {
     record_kernels_ = false;
     ops_[k].fuse_shared = fused;
+    ops_[k].seam_collapse = seam;
     throw;
   }
   ops_[k].fuse_shared = fused;
+  ops_[k].seam_collapse = seam;
   record_kernels_ = false;
   CUresult r = d_.cuStreamSynchronize(stream_);
   if (r != 0) {
@@ -555,7 +559,79 @@ void CudaBackend::plan_side_stream() {
     a.fence = is_collective(l.op->spec->kind);
   }
   plan_fusions();
+  plan_seams();
   side_plan_ = smelt::runtime::cuda::plan_side_stream(access_);
+  check_seams();
+}
+
+// Sublayer seams (OpLaunch::seam_collapse; ops.cc run_seam): the main-stream ops [add ->] hc_expand -> hc_collapse,
+// consecutive but for side ops, where the expand reads the add's sum and the collapse the expanded streams, with the
+// same hc_mult and rounding and no folded norm. One smelt_hc_seam* launch runs them at the first op, so that op's
+// access takes the later ops' (the side stream's schedule and joins see every range where the launch touches it).
+// H200, V4.1-Flash slice: one launch instead of three at each FFN's end and two at each attention's. Off with
+// $SMELT_CUDA_SEAMS=0 or on plans compiled before the kernels.
+void CudaBackend::plan_seams() {
+  seams_.clear();
+  if (env_is("SMELT_CUDA_SEAMS", "0") || !module_of_.count("smelt_hc_seam")) return;
+  auto next_main = [&](size_t k) {
+    for (++k; k < ops_.size() && access_[k].side; ++k) {
+    }
+    return k;
+  };
+  auto round = [](const OpLaunch& l) {
+    auto it = l.op->attrs.find("round");
+    return it != l.op->attrs.end() && it->second.s == "bf16";
+  };
+  for (size_t k = 0; k < ops_.size(); ++k) {
+    OpLaunch& h = ops_[k];
+    const OpKind hk = h.op->spec->kind;
+    if (access_[k].side || (hk != OpKind::Add && hk != OpKind::HcExpand)) continue;
+    const size_t ke = hk == OpKind::Add ? next_main(k) : k;
+    if (ke >= ops_.size() || ops_[ke].op->spec->kind != OpKind::HcExpand) continue;
+    OpLaunch& e = ops_[ke];
+    if (hk == OpKind::Add && (!h.out[0] || e.in[1] != h.out[0] || h.in_w[0] != e.in_w[1] || round(h) != round(e)))
+      continue;
+    const size_t kc = next_main(ke);
+    if (kc >= ops_.size() || ops_[kc].op->spec->kind != OpKind::HcCollapse) continue;
+    OpLaunch& cl = ops_[kc];
+    const bool norm = !cl.w.empty() && cl.w[0];
+    const int64_t n = e.op->i("hc_mult");
+    if (norm || !e.out[0] || cl.in[0] != e.out[0] || !cl.out[0] || cl.op->i("hc_mult") != n || n > 8 ||
+        cl.out_w[0] != e.in_w[1] || round(cl) != round(e))
+      continue;
+    for (size_t j : {ke, kc}) {
+      if (j == k) continue;
+      access_[k].reads.insert(access_[k].reads.end(), access_[j].reads.begin(), access_[j].reads.end());
+      access_[k].writes.insert(access_[k].writes.end(), access_[j].writes.begin(), access_[j].writes.end());
+    }
+    h.seam_expand = hk == OpKind::Add ? &e : nullptr;
+    h.seam_collapse = &cl;
+    seams_.push_back({k, ke, kc});
+  }
+}
+
+// A side op launched after one of a seam's ops but the last runs after the seam's launch (at the first op): it must
+// neither touch what the seam's later ops write nor write what they read, or the seam is undone (its first op's
+// access stays the wider one: only more joins).
+void CudaBackend::check_seams() {
+  std::vector<Seam> kept;
+  for (const Seam& s : seams_) {
+    bool ok = true;
+    for (size_t m = s.head; m < s.collapse && ok; ++m)
+      for (int side : side_plan_.after[m + 1])
+        for (size_t later : {s.expand, s.collapse})
+          if (later > m && hazard(access_[size_t(side)], access_[later])) ok = false;
+    if (ok) {
+      kept.push_back(s);
+    } else {
+      if (env_is("SMELT_CUDA_SEAMS", "why"))
+        std::fprintf(stderr, "seam at %s undone: a side op launched inside it conflicts with its later ops\n",
+                     ops_[s.head].op->where().c_str());
+      ops_[s.head].seam_expand = nullptr;
+      ops_[s.head].seam_collapse = nullptr;
+    }
+  }
+  seams_ = kept;
 }
 
 // Pairs of ops whose kernels one launch may run (OpLaunch::fuse_shared): a main-stream moe_experts op and the
@@ -654,6 +730,20 @@ void CudaBackend::run(const int32_t* ids, int64_t p0, int rows) {
   float ms = 0.f;
   check(d_.cuEventElapsedTime(&ms, ev_start_, ev_end_), "timing the run");
   last_ms_ = ms;
+}
+
+double CudaBackend::replay_back_to_back(int32_t id, int64_t p0, int n) {
+  make_current();
+  auto it = graphs_by_rows_.find(1);
+  if (it == graphs_by_rows_.end() || n < 1) plan_.fail("replay_back_to_back: no decode graph captured yet");
+  stage_inputs(&id, p0, 1);
+  check(d_.cuEventRecord(ev_start_, stream_), "recording events");
+  for (int k = 0; k < n; ++k) check(d_.cuGraphLaunch(it->second, stream_), "launching the decode graph");
+  check(d_.cuEventRecord(ev_end_, stream_), "recording events");
+  check(d_.cuStreamSynchronize(stream_), "running the plan");
+  float ms = 0.f;
+  check(d_.cuEventElapsedTime(&ms, ev_start_, ev_end_), "timing the run");
+  return double(ms) / n;
 }
 
 std::vector<CudaBackend::Span> CudaBackend::run_timed(const int32_t* ids, int64_t p0, int rows) {

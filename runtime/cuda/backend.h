@@ -102,7 +102,11 @@ class CudaBackend final : public Launcher {
   std::vector<Span> run_timed(const int32_t* ids, int64_t p0, int rows);
   // GPU time of the last run() (events around the forward, after the input copies).
   double last_run_ms() const { return last_ms_; }
+  // Bench: GPU ms a replay of the one-row decode graph (captured by an earlier run()) with n replays enqueued back to
+  // back at position p0 and one event pair around them: the step without the host's launch gap between replays.
+  double replay_back_to_back(int32_t id, int64_t p0, int n);
   int64_t last_launches() const { return last_launches_; }
+  size_t seams() const { return seams_.size(); }  // sublayer seams run as one launch where their buffers allow
   void read_buffer(int buffer, void* out, uint64_t bytes);  // row 0 onwards of an arena buffer
   const DeviceWeights& weights() const { return weights_; }
   uint64_t state_bytes(int id) const;
@@ -175,6 +179,12 @@ class CudaBackend final : public Launcher {
   SideSchedule side_plan_;
   void plan_side_stream();
   void plan_fusions();  // OpLaunch::fuse_shared pairs (called by plan_side_stream before its schedule)
+  void plan_seams();   // OpLaunch::seam_collapse groups (plan_side_stream, before its schedule)
+  void check_seams();  // ... undone where a side op launched inside the group conflicts with its later ops
+  struct Seam {
+    size_t head, expand, collapse;
+  };
+  std::vector<Seam> seams_;
   void launch_side_after(int m, int rows);
   void side_join(int slot);
   std::vector<std::pair<std::string, CUevent>>* profile_ = nullptr;  // run_profiled: an event per launch

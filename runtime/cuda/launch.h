@@ -60,6 +60,12 @@ struct OpLaunch {
   // nothing).
   OpLaunch* fuse_shared = nullptr;
   mutable bool shared_done = false;
+  // The head of a sublayer seam (backend.cc plan_seams): an add and the hc_expand of its sum, or an hc_expand, and the
+  // hc_collapse of the expanded streams after it, which one smelt_hc_seam* launch runs (ops.cc run_seam decides per
+  // run); on the later ops `seam_done`, set by the head each time it ran them (they then launch nothing).
+  OpLaunch* seam_expand = nullptr;  // the hc_expand when the head is the add
+  OpLaunch* seam_collapse = nullptr;
+  mutable bool seam_done = false;
   Launcher* backend = nullptr;
   int sms = 0;                           // the GPU's multiprocessors (sizes persistent grids; 0 = unknown)
   int arch = 0;                          // the loaded cubins' arch, 90 for sm_90 (picks arch-only kernels; 0 = unknown)

@@ -3,6 +3,7 @@
 // handlers (runtime/cpu/ops*.cc). Kernel argument types must match the kernels' parameters exactly (int =
 // int32_t, i64 = int64_t, pointers = DevPtr, structs with the kernels' layout).
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <cstdlib>
 #include <set>
@@ -446,6 +447,67 @@ void run_experts(Ctx& c, bool routed) {
   combine(1);
 }
 
+// A seam from its head op (backend.cc plan_seams): [the add,] the hc_expand and the next hc_collapse in one
+// smelt_hc_seam* launch, when this run's buffers allow it. A thread owns column d of every row buffer and reads all
+// its inputs before it writes (kernels/hc/hc.cu), so a written buffer may share bytes with a read row buffer or with
+// the sum as the same column (the arena gives the collapse's output and the streams the bytes of values dead after
+// the add or the expand), never with the mix's coefficients, which every thread reads. Else false: the ops launch
+// their own kernels.
+bool run_seam(Ctx& c) {
+  const OpLaunch& l = c.l;
+  if (!l.seam_collapse || c.dry) return false;
+  const bool add = l.op->spec->kind == OpKind::Add;
+  const OpLaunch& e = add ? *l.seam_expand : l;
+  const OpLaunch& k = *l.seam_collapse;
+  const int rows = l.rows, D = int(e.in_w[1]), n = int(e.op->i("hc_mult"));
+  const uint64_t row = uint64_t(rows) * uint64_t(D) * 4, small = uint64_t(rows) * uint64_t(n) * 4;
+  struct Buf {
+    DevPtr p;
+    uint64_t bytes;
+    bool rowwise;  // rows of D floats (X: n of them a row)
+  };
+  const Buf y{add ? l.out[0] : e.in[1], row, true}, X{e.in[0], row * uint64_t(n), true}, out{e.out[0], row * uint64_t(n), true};
+  const Buf u{k.out[0], row, true}, post{e.in[2], small, false}, comb{e.in[3], small * uint64_t(n), false};
+  const Buf pre{k.in[1], small, false}, a{add ? l.in[0] : 0, row, true}, b{add ? l.in[1] : 0, row, true};
+  auto safe = [&](const Buf& w, const Buf& q) {
+    if (!w.p || !q.p || w.p >= q.p + q.bytes || q.p >= w.p + w.bytes) return true;
+    if (!q.rowwise) return false;
+    if (rows == 1) return (w.p > q.p ? w.p - q.p : q.p - w.p) % (uint64_t(D) * 4) == 0;
+    return w.p == q.p && w.bytes == q.bytes;
+  };
+  bool ok = true;
+  for (const Buf* w : {add ? &y : nullptr, &out, &u}) {
+    if (!w) continue;
+    for (const Buf* q : {&a, &b, add ? nullptr : &y, &X, &post, &comb, &pre})
+      if (q) ok = ok && safe(*w, *q);
+  }
+  ok = ok && safe(out, y) && safe(out, u) && safe(y, out) && safe(u, y) && !(out.p && u.p && out.p == u.p);
+  // the streams never share bytes with the sum or the collapse (all three are live together in program order)
+  ok = ok && (y.p + y.bytes <= out.p || out.p + out.bytes <= y.p) && (u.p + u.bytes <= out.p || out.p + out.bytes <= u.p);
+  if (!ok) {
+    static int told = 0;  // $SMELT_CUDA_SEAMS=why: say which seams ran unfused (the first 16 times)
+    static const bool why = env_is("SMELT_CUDA_SEAMS", "why");
+    if (why && told++ < 16) {
+      std::fprintf(stderr, "seam at %s unfused (rows %d): offsets vs X", l.op->where().c_str(), rows);
+      for (const Buf* q : {&y, &out, &u, &post, &comb, &pre, &a, &b})
+        std::fprintf(stderr, " %lld", q->p ? (long long)(q->p - X.p) : 0LL);
+      std::fprintf(stderr, " (y out u post comb pre a b)\n");
+    }
+    return false;
+  }
+  const bool R = is_round(*e.op);
+  if (add)
+    c.go(R ? "smelt_hc_seam_add_bf16" : "smelt_hc_seam_add", cdiv(D, 256), unsigned(rows), 1, 256, 0, a.p, b.p, y.p,
+         X.p, post.p, comb.p, pre.p, n, D, out.p, u.p);
+  else
+    c.go(R ? "smelt_hc_seam_bf16" : "smelt_hc_seam", cdiv(D, 256), unsigned(rows), 1, 256, 0, y.p, X.p, post.p,
+         comb.p, pre.p, n, D, out.p, u.p);
+  if (add) e.seam_done = true;
+  k.seam_done = true;
+  c.round_done = true;
+  return true;
+}
+
 void run_v4(Ctx& c) {
   const OpLaunch& l = c.l;
   const OpRef& op = c.op();
@@ -494,6 +556,11 @@ void run_v4(Ctx& c) {
       break;
     }
     case OpKind::HcCollapse: {
+      if (l.seam_done && !c.dry) {  // the seam's head ran it (run_seam)
+        l.seam_done = false;
+        c.round_done = true;
+        break;
+      }
       const int D = int(l.out_w[0]), n = int(op.i("hc_mult"));
       const DeviceWeight* norm = weight(l, 0);  // the rms_norm smelt-fuse-hc-norm folded in
       c.round_done = is_round(op);  // the kernels below round their output in the same pass
@@ -516,6 +583,12 @@ void run_v4(Ctx& c) {
       break;
     }
     case OpKind::HcExpand: {
+      if (l.seam_done && !c.dry) {  // the seam's head (the add of its input) ran it
+        l.seam_done = false;
+        c.round_done = true;
+        break;
+      }
+      if (run_seam(c)) break;
       const int D = int(l.in_w[1]);
       c.round_done = is_round(op);
       c.go(c.round_done ? "smelt_hc_expand_bf16" : "smelt_hc_expand", cdiv(D, 256), R, unsigned(op.i("hc_mult")), 256,
@@ -661,6 +734,7 @@ void run_v4(Ctx& c) {
     case OpKind::MoeExperts: run_experts(c, true); break;
     case OpKind::SwigluMlp: run_experts(c, false); break;
     case OpKind::Add: {
+      if (run_seam(c)) break;
       const int64_t n = int64_t(rows) * l.in_w[0];
       c.round_done = is_round(op);
       c.go(c.round_done ? "smelt_add_bf16" : "smelt_add", unsigned(std::min<int64_t>(cdiv(n, 256), 4096)), 1, 1, 256, 0,

@@ -151,6 +151,69 @@ TEST(CudaSmallDecodeKernels, HcCollapseNormEqualsCollapseThenNorm) {
         }
 }
 
+// The sublayer seam (smelt_hc_seam*, run by the cuda backend for [add ->] hc_expand -> hc_collapse): every output
+// (the add's sum, the expanded streams, the collapse) bit for bit the separate kernels' (smelt_add, smelt_hc_expand,
+// smelt_hc_collapse and their _bf16 entry points), at the V4.1-Flash shape and odd ones, with and without pre, and in
+// place as the backend allows it (the collapse's output on the sum's bytes, on a stream of X).
+TEST(CudaSmallDecodeKernels, HcSeamEqualsAddExpandCollapse) {
+  NEED_GPU();
+  struct Shape {
+    int n, D;
+  };
+  for (const Shape sh : {Shape{4, 5120}, Shape{4, 300}, Shape{2, 1000}, Shape{8, 64}})
+    for (int rows : {1, 3})
+      for (bool with_pre : {true, false})
+        for (int round : {0, 1})
+          for (int add : {0, 1}) {
+            const int n = sh.n, D = sh.D;
+            const std::string what = "n " + std::to_string(n) + " D " + std::to_string(D) + " rows " +
+                                     std::to_string(rows) + (with_pre ? " pre" : " one-hot") + " round " +
+                                     std::to_string(round) + " add " + std::to_string(add);
+            auto X = randn(size_t(rows) * n * D, 91 + D, 1.5f), a = randn(size_t(rows) * D, 92, 0.8f),
+                 b = randn(size_t(rows) * D, 93, 0.8f), pre = randn(size_t(rows) * n, 94, 0.7f),
+                 post = randn(size_t(rows) * n, 95, 0.9f), comb = randn(size_t(rows) * n * n, 96, 0.5f);
+            X[5] = 1e-30f, X[11] = -300.f, a[3] = 3e38f, b[3] = 3e38f;  // a subnormal product, an overflowing sum
+            const size_t nd = size_t(rows) * n * D, d1 = size_t(rows) * D;
+            DevPtr dX = gpu().put(X), da = gpu().put(a), db = gpu().put(b), dpost = gpu().put(post),
+                   dcomb = gpu().put(comb), dpre = with_pre ? gpu().put(pre) : DevPtr(0);
+            const char* sfx = round ? "_bf16" : "";
+            // The separate kernels.
+            DevPtr y0 = add ? gpu().alloc(d1 * 4) : da, o0 = gpu().alloc(nd * 4), u0 = gpu().alloc(d1 * 4);
+            const int64_t cnt = int64_t(d1);
+            if (add)
+              gpu().launch("elementwise", (std::string("smelt_add") + sfx).c_str(), 4, 1, 1, 256, 0, da, db, y0, cnt);
+            gpu().launch("hc", (std::string("smelt_hc_expand") + sfx).c_str(), cdiv(D, 256), rows, n, 256, 0, dX, y0,
+                         dpost, dcomb, D, o0);
+            gpu().launch("hc", (std::string("smelt_hc_collapse") + sfx).c_str(), cdiv(D, 256), rows, 1, 256, 0, o0,
+                         dpre, n, D, u0);
+            const auto ey = gpu().get<float>(y0, d1), eo = gpu().get<float>(o0, nd), eu = gpu().get<float>(u0, d1);
+            // The seam, out of place.
+            DevPtr y1 = add ? gpu().alloc(d1 * 4) : da, o1 = gpu().alloc(nd * 4), u1 = gpu().alloc(d1 * 4);
+            if (add)
+              gpu().launch("hc", (std::string("smelt_hc_seam_add") + sfx).c_str(), cdiv(D, 256), rows, 1, 256, 0, da,
+                           db, y1, dX, dpost, dcomb, dpre, n, D, o1, u1);
+            else
+              gpu().launch("hc", (std::string("smelt_hc_seam") + sfx).c_str(), cdiv(D, 256), rows, 1, 256, 0, y1, dX,
+                           dpost, dcomb, dpre, n, D, o1, u1);
+            if (add) expect_bits_equal(gpu().get<float>(y1, d1), ey, what + ": sum");
+            expect_bits_equal(gpu().get<float>(o1, nd), eo, what + ": streams");
+            expect_bits_equal(gpu().get<float>(u1, d1), eu, what + ": collapse");
+            // In place, as run_seam allows it: the collapse's output on an addend (add), on the input sum (more
+            // rows) or on a stream of X (one row), which the kernel reads before it writes.
+            DevPtr Aa = gpu().put(a), ya = add ? gpu().alloc(d1 * 4) : Aa, oa = gpu().alloc(nd * 4), Xa = gpu().put(X);
+            DevPtr ua = add ? Aa : (rows == 1 ? Xa + DevPtr(n - 1) * DevPtr(D) * 4 : ya);
+            if (add)
+              gpu().launch("hc", (std::string("smelt_hc_seam_add") + sfx).c_str(), cdiv(D, 256), rows, 1, 256, 0, Aa,
+                           db, ya, Xa, dpost, dcomb, dpre, n, D, oa, ua);
+            else
+              gpu().launch("hc", (std::string("smelt_hc_seam") + sfx).c_str(), cdiv(D, 256), rows, 1, 256, 0, ya, Xa,
+                           dpost, dcomb, dpre, n, D, oa, ua);
+            if (add) expect_bits_equal(gpu().get<float>(ya, d1), ey, what + ": sum, in place");
+            expect_bits_equal(gpu().get<float>(oa, nd), eo, what + ": streams, in place");
+            expect_bits_equal(gpu().get<float>(ua, d1), eu, what + ": collapse, in place");
+          }
+}
+
 // ---- hc_mix (V4.1) ---------------------------------------------------------------------------------------------
 
 TEST(CudaSmallDecodeKernels, HcMixSplitEqualsLogitsAndWarpSinkhorn) {

@@ -136,6 +136,9 @@ def SmeltPlanMemory : Pass<"smelt-plan-memory", "::mlir::ModuleOp"> {
     Option<"sideLive", "side-live", "std::string", /*default=*/"\"results\"",
            "how long a side-stream op's buffers live: none (program order), results (what it writes, until its "
            "join), all (its operands too)">,
+    Option<"seamLive", "seam-live", "bool", /*default=*/"true",
+           "keep the operands of an hc_expand (and of the add it expands) live until the hc_collapse of its "
+           "streams, so that the cuda runtime can run the three as one launch">,
   ];
 }
 

@@ -73,6 +73,34 @@ void extend_side_values(mlir::Block& body, const llvm::DenseMap<mlir::Operation*
     if (auto it = until.find(s.value); it != until.end()) s.end = std::max(s.end, it->second);
 }
 
+// seam-live: the operands of a main-stream hc_expand (and of the add whose sum it expands) live until the
+// hc_collapse of its streams when only side ops lie between them, the group the cuda runtime runs as one
+// smelt_hc_seam* launch (runtime/cuda/backend.cc plan_seams): that launch reads them while it writes the collapse's
+// output and the streams, so those must not take their bytes (V4.1-Flash slice: 3 of 11 seams fused without it).
+void extend_seam_values(mlir::Block& body, const llvm::DenseMap<mlir::Operation*, int64_t>& index,
+                        std::vector<Slot>& slots) {
+  auto main_before = [&](mlir::Operation* op) {  // the previous main-stream op in the block
+    mlir::Operation* p = op->getPrevNode();
+    while (p && on_side(p)) p = p->getPrevNode();
+    return p;
+  };
+  llvm::DenseMap<mlir::Value, int64_t> until;
+  for (mlir::Operation& op : body) {
+    if (on_side(&op) || op.getName().getStringRef() != "smelt.hc_collapse" || op.getNumOperands() == 0) continue;
+    mlir::Operation* e = op.getOperand(0).getDefiningOp();
+    if (!e || e != main_before(&op) || e->getName().getStringRef() != "smelt.hc_expand") continue;
+    llvm::SmallVector<mlir::Operation*, 2> group{e};
+    if (e->getNumOperands() > 1)
+      if (mlir::Operation* a = e->getOperand(1).getDefiningOp();
+          a && a == main_before(e) && a->getName().getStringRef() == "smelt.add")
+        group.push_back(a);
+    for (mlir::Operation* g : group)
+      for (mlir::Value v : g->getOperands()) until[v] = std::max(until.lookup(v), index.lookup(&op));
+  }
+  for (Slot& s : slots)
+    if (auto it = until.find(s.value); it != until.end()) s.end = std::max(s.end, it->second);
+}
+
 struct PlanMemory : impl::SmeltPlanMemoryBase<PlanMemory> {
   using SmeltPlanMemoryBase::SmeltPlanMemoryBase;
 
@@ -103,6 +131,7 @@ struct PlanMemory : impl::SmeltPlanMemoryBase<PlanMemory> {
       for (mlir::Value r : op.getResults()) add(r, index[&op]);
     if (!ok) return false;
     if (sideLive != "none") extend_side_values(body, index, n, sideLive == "all", slots);
+    if (seamLive) extend_seam_values(body, index, slots);
 
     for (size_t i = 0; i < slots.size(); ++i) {
       Slot& s = slots[i];

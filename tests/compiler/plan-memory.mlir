@@ -11,7 +11,7 @@
 //   %x  128 B, live [0, 2]: overlaps ids            -> 64
 //   %o  128 B, live [1, 3]: overlaps %x [64, 192)    -> 192 (0..128 would overlap %x)
 //   %l   64 B, live [3, 4]: overlaps only %o          -> 0
-// CHECK-LABEL: module attributes {smelt.arena_bytes = 320 : i64, smelt.max_rows = 2 : i64, smelt.passes = ["smelt-plan-memory{max-rows=2 side-live=none}"]}
+// CHECK-LABEL: module attributes {smelt.arena_bytes = 320 : i64, smelt.max_rows = 2 : i64, smelt.passes = ["smelt-plan-memory{max-rows=2 seam-live=true side-live=none}"]}
 // CHECK: func.func @forward(%{{.*}}: tensor<?x1xi32> {smelt.offset = 0 : i64})
 // CHECK: smelt.embedding {{.*}}offsets = array<i64: 64>
 // CHECK: smelt.sparse_attention {{.*}}offsets = array<i64: 192>
@@ -72,7 +72,7 @@ module {
 // CHECK-NEXT: smelt.linear {{.*}}offsets = array<i64: 0>, stream = 1 : i64
 // CHECK-NEXT: smelt.linear {{.*}}offsets = array<i64: 128>,
 // CHECK-NEXT: smelt.add {{.*}}offsets = array<i64: 256>
-// DEFAULT: smelt.passes = ["smelt-plan-memory{max-rows=2 side-live=results}"]
+// DEFAULT: smelt.passes = ["smelt-plan-memory{max-rows=2 seam-live=true side-live=results}"]
 // RESULTS-LABEL: module attributes {smelt.arena_bytes = 512 : i64
 // RESULTS: smelt.linear {{.*}}offsets = array<i64: 0>, stream = 1 : i64
 // RESULTS-NEXT: smelt.linear {{.*}}offsets = array<i64: 384>,

@@ -83,7 +83,7 @@ TEST_F(PlanTest, HeaderAndFields) {
   EXPECT_EQ(p->model_family()->str(), "deepseek_v4");
   EXPECT_EQ(p->target()->str(), "cpu");
   EXPECT_EQ(p->pipeline()->str(),
-            "smelt-verify,smelt-select-kernels{target=cpu},smelt-plan-memory{max-rows=64 side-live=results}");
+            "smelt-verify,smelt-select-kernels{target=cpu},smelt-plan-memory{max-rows=64 seam-live=true side-live=results}");
   EXPECT_EQ(p->max_rows(), 64);
   EXPECT_EQ(p->max_seq_len(), 256);
   ModelDescription m = load_model(work().dir + "/model");

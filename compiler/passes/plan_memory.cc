@@ -76,7 +76,7 @@ void extend_side_values(mlir::Block& body, const llvm::DenseMap<mlir::Operation*
 // seam-live: the operands of a main-stream hc_expand (and of the add whose sum it expands) live until the
 // hc_collapse of its streams when only side ops lie between them, the group the cuda runtime runs as one
 // smelt_hc_seam* launch (runtime/cuda/backend.cc plan_seams): that launch reads them while it writes the collapse's
-// output and the streams, so those must not take their bytes (V4.1-Flash slice: 3 of 11 seams fused without it).
+// output and the streams, so those must not take their bytes (V4.1-Flash slice: 3 of its 7 seams fused without it).
 void extend_seam_values(mlir::Block& body, const llvm::DenseMap<mlir::Operation*, int64_t>& index,
                         std::vector<Slot>& slots) {
   auto main_before = [&](mlir::Operation* op) {  // the previous main-stream op in the block

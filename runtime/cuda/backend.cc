@@ -610,6 +610,14 @@ void CudaBackend::plan_seams() {
   }
 }
 
+// Seams by their collapse: an add-headed group and the expand-headed one inside it are one seam (the add's launch
+// runs it when its buffers allow, else the expand's).
+size_t CudaBackend::seams() const {
+  std::set<size_t> collapses;
+  for (const Seam& s : seams_) collapses.insert(s.collapse);
+  return collapses.size();
+}
+
 // A side op launched after one of a seam's ops but the last runs after the seam's launch (at the first op): it must
 // neither touch what the seam's later ops write nor write what they read, or the seam is undone (its first op's
 // access stays the wider one: only more joins).

@@ -106,7 +106,7 @@ class CudaBackend final : public Launcher {
   // back at position p0 and one event pair around them: the step without the host's launch gap between replays.
   double replay_back_to_back(int32_t id, int64_t p0, int n);
   int64_t last_launches() const { return last_launches_; }
-  size_t seams() const { return seams_.size(); }  // sublayer seams run as one launch where their buffers allow
+  size_t seams() const;  // sublayer seams (distinct hc_collapse ops) run as one launch where their buffers allow
   void read_buffer(int buffer, void* out, uint64_t bytes);  // row 0 onwards of an arena buffer
   const DeviceWeights& weights() const { return weights_; }
   uint64_t state_bytes(int id) const;

@@ -187,30 +187,25 @@ TEST(CudaSmallDecodeKernels, HcSeamEqualsAddExpandCollapse) {
             gpu().launch("hc", (std::string("smelt_hc_collapse") + sfx).c_str(), cdiv(D, 256), rows, 1, 256, 0, o0,
                          dpre, n, D, u0);
             const auto ey = gpu().get<float>(y0, d1), eo = gpu().get<float>(o0, nd), eu = gpu().get<float>(u0, d1);
-            // The seam, out of place.
-            DevPtr y1 = add ? gpu().alloc(d1 * 4) : da, o1 = gpu().alloc(nd * 4), u1 = gpu().alloc(d1 * 4);
-            if (add)
-              gpu().launch("hc", (std::string("smelt_hc_seam_add") + sfx).c_str(), cdiv(D, 256), rows, 1, 256, 0, da,
-                           db, y1, dX, dpost, dcomb, dpre, n, D, o1, u1);
-            else
-              gpu().launch("hc", (std::string("smelt_hc_seam") + sfx).c_str(), cdiv(D, 256), rows, 1, 256, 0, y1, dX,
-                           dpost, dcomb, dpre, n, D, o1, u1);
-            if (add) expect_bits_equal(gpu().get<float>(y1, d1), ey, what + ": sum");
-            expect_bits_equal(gpu().get<float>(o1, nd), eo, what + ": streams");
-            expect_bits_equal(gpu().get<float>(u1, d1), eu, what + ": collapse");
+            // The seam on addend A (add) or sum y (else), streams X, into o and u; then every output against the
+            // separate kernels'.
+            auto seam = [&](DevPtr A, DevPtr y, DevPtr Xp, DevPtr o, DevPtr u, const std::string& how) {
+              if (add)
+                gpu().launch("hc", (std::string("smelt_hc_seam_add") + sfx).c_str(), cdiv(D, 256), rows, 1, 256, 0, A,
+                             db, y, Xp, dpost, dcomb, dpre, n, D, o, u);
+              else
+                gpu().launch("hc", (std::string("smelt_hc_seam") + sfx).c_str(), cdiv(D, 256), rows, 1, 256, 0, y, Xp,
+                             dpost, dcomb, dpre, n, D, o, u);
+              if (add) expect_bits_equal(gpu().get<float>(y, d1), ey, what + ": sum" + how);
+              expect_bits_equal(gpu().get<float>(o, nd), eo, what + ": streams" + how);
+              expect_bits_equal(gpu().get<float>(u, d1), eu, what + ": collapse" + how);
+            };
+            seam(da, add ? gpu().alloc(d1 * 4) : da, dX, gpu().alloc(nd * 4), gpu().alloc(d1 * 4), "");
             // In place, as run_seam allows it: the collapse's output on an addend (add), on the input sum (more
             // rows) or on a stream of X (one row), which the kernel reads before it writes.
-            DevPtr Aa = gpu().put(a), ya = add ? gpu().alloc(d1 * 4) : Aa, oa = gpu().alloc(nd * 4), Xa = gpu().put(X);
-            DevPtr ua = add ? Aa : (rows == 1 ? Xa + DevPtr(n - 1) * DevPtr(D) * 4 : ya);
-            if (add)
-              gpu().launch("hc", (std::string("smelt_hc_seam_add") + sfx).c_str(), cdiv(D, 256), rows, 1, 256, 0, Aa,
-                           db, ya, Xa, dpost, dcomb, dpre, n, D, oa, ua);
-            else
-              gpu().launch("hc", (std::string("smelt_hc_seam") + sfx).c_str(), cdiv(D, 256), rows, 1, 256, 0, ya, Xa,
-                           dpost, dcomb, dpre, n, D, oa, ua);
-            if (add) expect_bits_equal(gpu().get<float>(ya, d1), ey, what + ": sum, in place");
-            expect_bits_equal(gpu().get<float>(oa, nd), eo, what + ": streams, in place");
-            expect_bits_equal(gpu().get<float>(ua, d1), eu, what + ": collapse, in place");
+            DevPtr Aa = gpu().put(a), ya = add ? gpu().alloc(d1 * 4) : Aa, Xa = gpu().put(X);
+            seam(Aa, ya, Xa, gpu().alloc(nd * 4), add ? Aa : (rows == 1 ? Xa + DevPtr(n - 1) * DevPtr(D) * 4 : ya),
+                 ", in place");
           }
 }
 

@@ -480,9 +480,17 @@ void CudaBackend::run_one(size_t k, int64_t p0, int rows) {
   }
 }
 
+// Host -> device copies go through the backend's stream and wait there: a plain cuMemcpyHtoD from pageable memory may
+// return before its DMA lands (CUDA's API synchronisation rules), and it is ordered only with the legacy stream, not
+// with the non-blocking stream the kernels run on, so the next kernel could read the old bytes (or the copy land
+// after the kernel wrote them).
+void CudaBackend::copy_to_device(CUdeviceptr to, const void* from, uint64_t bytes, const char* what) {
+  check(d_.cuMemcpyHtoDAsync(to, from, bytes, stream_), what);
+  check(d_.cuStreamSynchronize(stream_), what);
+}
+
 void CudaBackend::write_buffer(int buffer, const void* in, uint64_t bytes) {
-  CUdeviceptr p = arena_ + plan_.fb().buffers()->Get(buffer)->offset();
-  check(d_.cuMemcpyHtoD(p, in, bytes), "writing a buffer");
+  copy_to_device(arena_ + plan_.fb().buffers()->Get(buffer)->offset(), in, bytes, "writing a buffer");
 }
 
 void CudaBackend::read_state(int id, void* out) {
@@ -490,7 +498,7 @@ void CudaBackend::read_state(int id, void* out) {
 }
 
 void CudaBackend::write_state(int id, const void* in) {
-  check(d_.cuMemcpyHtoD(states_ + state_offset_[size_t(id)], in, state_bytes(id)), "writing a state");
+  copy_to_device(states_ + state_offset_[size_t(id)], in, state_bytes(id), "writing a state");
 }
 
 void CudaBackend::run_ops(int rows, std::vector<CUevent>* marks, std::vector<Span>* spans) {

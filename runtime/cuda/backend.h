@@ -129,6 +129,8 @@ class CudaBackend final : public Launcher {
   std::vector<KernelTime> run_profiled(const int32_t* ids, int64_t p0, int rows,
                                        std::map<int, std::vector<int32_t>>* moe_idx = nullptr);
   CUstream stream() const { return stream_; }
+  // bytes from host memory (pageable or pinned) to `to`, ordered on stream() and complete on return.
+  void copy_to_device(CUdeviceptr to, const void* from, uint64_t bytes, const char* what);
 
   void launch(const OpLaunch& l, const char* name, unsigned grid_x, unsigned grid_y, unsigned grid_z,
               unsigned block_x, unsigned shared_bytes, void** args, bool programmatic) override;

@@ -151,10 +151,11 @@ void DeviceWeights::upload(const Plan& plan, const std::string& model_dir, CudaB
     }
     if (!bytes_[id]) continue;
     if (!w_[id].tiled) {
-      check(d.cuMemcpyHtoD(w_[id].ptr, p, bytes_[id]), "uploading the weights");
+      backend.copy_to_device(w_[id].ptr, p, bytes_[id], "uploading the weights");
       continue;
     }
-    check(d.cuMemcpyHtoD(staging, p, bytes_[id]), "uploading the weights");
+    // On the stream smelt_tile_weight runs on, complete before it reads (backend.cc copy_to_device).
+    backend.copy_to_device(staging, p, bytes_[id], "uploading the weights");
     // [.., N, RB] bytes: every matrix of the leading dims tiled on its own (BB: bytes of a 32-block).
     const std::vector<int64_t>& s = w_[id].shape;
     unsigned long long from = staging, to = w_[id].ptr, N = uint64_t(s[s.size() - 2]), RB = uint64_t(s.back());

@@ -10,6 +10,7 @@
 
 #include "runtime/cpu/backend.h"
 #include "runtime/cuda/ops_common.h"
+#include "runtime/cuda/side_stream.h"
 #include "runtime/cuda/ops_mma.h"
 #include "runtime/cuda/ops_wo_mma.h"
 
@@ -448,11 +449,8 @@ void run_experts(Ctx& c, bool routed) {
 }
 
 // A seam from its head op (backend.cc plan_seams): [the add,] the hc_expand and the next hc_collapse in one
-// smelt_hc_seam* launch, when this run's buffers allow it. A thread owns column d of every row buffer and reads all
-// its inputs before it writes (kernels/hc/hc.cu), so a written buffer may share bytes with a read row buffer or with
-// the sum as the same column (the arena gives the collapse's output and the streams the bytes of values dead after
-// the add or the expand), never with the mix's coefficients, which every thread reads. Else false: the ops launch
-// their own kernels.
+// smelt_hc_seam* launch, when this run's buffers allow it (side_stream.h seam_launch_allowed: a written buffer may
+// share bytes with a read one only as the same column). Else false: the ops launch their own kernels.
 bool run_seam(Ctx& c) {
   const OpLaunch& l = c.l;
   if (!l.seam_collapse || c.dry) return false;
@@ -460,48 +458,30 @@ bool run_seam(Ctx& c) {
   const OpLaunch& e = add ? *l.seam_expand : l;
   const OpLaunch& k = *l.seam_collapse;
   const int rows = l.rows, D = int(e.in_w[1]), n = int(e.op->i("hc_mult"));
-  const uint64_t row = uint64_t(rows) * uint64_t(D) * 4, small = uint64_t(rows) * uint64_t(n) * 4;
-  struct Buf {
-    DevPtr p;
-    uint64_t bytes;
-    bool rowwise;  // rows of D floats (X: n of them a row)
-  };
-  const Buf y{add ? l.out[0] : e.in[1], row, true}, X{e.in[0], row * uint64_t(n), true}, out{e.out[0], row * uint64_t(n), true};
-  const Buf u{k.out[0], row, true}, post{e.in[2], small, false}, comb{e.in[3], small * uint64_t(n), false};
-  const Buf pre{k.in[1], small, false}, a{add ? l.in[0] : 0, row, true}, b{add ? l.in[1] : 0, row, true};
-  auto safe = [&](const Buf& w, const Buf& q) {
-    if (!w.p || !q.p || w.p >= q.p + q.bytes || q.p >= w.p + w.bytes) return true;
-    if (!q.rowwise) return false;
-    if (rows == 1) return (w.p > q.p ? w.p - q.p : q.p - w.p) % (uint64_t(D) * 4) == 0;
-    return w.p == q.p && w.bytes == q.bytes;
-  };
-  bool ok = true;
-  for (const Buf* w : {add ? &y : nullptr, &out, &u}) {
-    if (!w) continue;
-    for (const Buf* q : {&a, &b, add ? nullptr : &y, &X, &post, &comb, &pre})
-      if (q) ok = ok && safe(*w, *q);
-  }
-  ok = ok && safe(out, y) && safe(out, u) && safe(y, out) && safe(u, y) && !(out.p && u.p && out.p == u.p);
-  // the streams never share bytes with the sum or the collapse (all three are live together in program order)
-  ok = ok && (y.p + y.bytes <= out.p || out.p + out.bytes <= y.p) && (u.p + u.bytes <= out.p || out.p + out.bytes <= u.p);
+  SeamBuffers sb;
+  sb.y = add ? l.out[0] : e.in[1], sb.X = e.in[0], sb.out = e.out[0], sb.u = k.out[0];
+  sb.post = e.in[2], sb.comb = e.in[3], sb.pre = k.in[1];
+  if (add) sb.a = l.in[0], sb.b = l.in[1];
+  sb.add = add, sb.rows = rows, sb.D = D, sb.n = n;
+  const bool ok = seam_launch_allowed(sb);
   if (!ok) {
     static int told = 0;  // $SMELT_CUDA_SEAMS=why: say which seams ran unfused (the first 16 times)
     static const bool why = env_is("SMELT_CUDA_SEAMS", "why");
     if (why && told++ < 16) {
       std::fprintf(stderr, "seam at %s unfused (rows %d): offsets vs X", l.op->where().c_str(), rows);
-      for (const Buf* q : {&y, &out, &u, &post, &comb, &pre, &a, &b})
-        std::fprintf(stderr, " %lld", q->p ? (long long)(q->p - X.p) : 0LL);
+      for (DevPtr q : {sb.y, sb.out, sb.u, sb.post, sb.comb, sb.pre, sb.a, sb.b})
+        std::fprintf(stderr, " %lld", q ? (long long)(q - sb.X) : 0LL);
       std::fprintf(stderr, " (y out u post comb pre a b)\n");
     }
     return false;
   }
   const bool R = is_round(*e.op);
   if (add)
-    c.go(R ? "smelt_hc_seam_add_bf16" : "smelt_hc_seam_add", cdiv(D, 256), unsigned(rows), 1, 256, 0, a.p, b.p, y.p,
-         X.p, post.p, comb.p, pre.p, n, D, out.p, u.p);
+    c.go(R ? "smelt_hc_seam_add_bf16" : "smelt_hc_seam_add", cdiv(D, 256), unsigned(rows), 1, 256, 0, sb.a, sb.b,
+         sb.y, sb.X, sb.post, sb.comb, sb.pre, n, D, sb.out, sb.u);
   else
-    c.go(R ? "smelt_hc_seam_bf16" : "smelt_hc_seam", cdiv(D, 256), unsigned(rows), 1, 256, 0, y.p, X.p, post.p,
-         comb.p, pre.p, n, D, out.p, u.p);
+    c.go(R ? "smelt_hc_seam_bf16" : "smelt_hc_seam", cdiv(D, 256), unsigned(rows), 1, 256, 0, sb.y, sb.X, sb.post,
+         sb.comb, sb.pre, n, D, sb.out, sb.u);
   if (add) e.seam_done = true;
   k.seam_done = true;
   c.round_done = true;

@@ -53,4 +53,18 @@ struct SideBusy {
   void joined(int slot);
 };
 
+// The buffers of one run of a sublayer seam (runtime/cuda/ops.cc run_seam: [add ->] hc_expand -> hc_collapse in one
+// smelt_hc_seam* launch): device addresses, 0 for an absent one (pre of a one-hot collapse; a, b without the add).
+// The kernel's thread owns column d of every row buffer and reads all its inputs before it writes, so the launch is
+// allowed when each written buffer (y with the add, the streams out, the collapse u) shares no byte with another
+// buffer, or only as the same column: with one row, at a whole number of D-float rows from a row buffer it reads
+// (a, b, y, X) or from the sum y; with more rows, at the very same [rows, D] range. Never on the mix's coefficients
+// (post, comb, pre: every thread reads them), never the streams on the sum or the collapse.
+struct SeamBuffers {
+  uint64_t y = 0, X = 0, out = 0, u = 0, post = 0, comb = 0, pre = 0, a = 0, b = 0;
+  bool add = false;
+  int rows = 0, D = 0, n = 0;
+};
+bool seam_launch_allowed(const SeamBuffers& s);
+
 }  // namespace smelt::runtime::cuda

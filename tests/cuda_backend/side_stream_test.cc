@@ -86,3 +86,75 @@ TEST(SideStream, MainStreamWaitsForTheLatestConflictingSideOpOnly) {
 }
 
 }  // namespace
+
+// seam_launch_allowed (side_stream.h): which aliasing of a seam's buffers one smelt_hc_seam* launch tolerates. One
+// row of D = 8 floats (32 bytes), n = 4 streams (X and out: 128 bytes), the mix's post / pre 16 bytes, comb 64.
+namespace {
+using smelt::runtime::cuda::seam_launch_allowed;
+using smelt::runtime::cuda::SeamBuffers;
+SeamBuffers apart_buffers(bool add) {
+  SeamBuffers s;
+  s.add = add, s.rows = 1, s.D = 8, s.n = 4;
+  s.X = 1000, s.out = 2000, s.y = 3000, s.u = 4000, s.post = 5000, s.comb = 6000, s.pre = 7000;
+  if (add) s.a = 8000, s.b = 9000;
+  return s;
+}
+}  // namespace
+
+TEST(Seams, ApartBuffersAndAOneHotCollapse) {
+  EXPECT_TRUE(seam_launch_allowed(apart_buffers(false)));
+  EXPECT_TRUE(seam_launch_allowed(apart_buffers(true)));
+  SeamBuffers s = apart_buffers(true);
+  s.pre = 0;  // a one-hot collapse reads no pre
+  EXPECT_TRUE(seam_launch_allowed(s));
+}
+
+TEST(Seams, TheCollapseOnAStreamOfXOnlyAsTheSameColumn) {
+  SeamBuffers s = apart_buffers(false);
+  s.u = s.X + 2 * 32;  // X's third stream: thread d reads X[2][d] before it writes u[d]
+  EXPECT_TRUE(seam_launch_allowed(s));
+  s.u = s.X + 4;  // u[d] is X[0][d + 1], another thread's
+  EXPECT_FALSE(seam_launch_allowed(s));
+  s = apart_buffers(false);
+  s.rows = 2, s.X = 1000, s.out = 2000, s.y = 3000, s.u = 1000;  // two rows: X is [2, 4, 8], u [2, 8]: other layouts
+  EXPECT_FALSE(seam_launch_allowed(s));
+}
+
+TEST(Seams, NeverOnTheMixCoefficients) {
+  for (uint64_t SeamBuffers::*coef : {&SeamBuffers::post, &SeamBuffers::comb, &SeamBuffers::pre}) {
+    SeamBuffers s = apart_buffers(false);
+    s.u = s.*coef;  // every thread reads the coefficients
+    EXPECT_FALSE(seam_launch_allowed(s));
+    s = apart_buffers(true);
+    s.out = s.*coef - 8;
+    EXPECT_FALSE(seam_launch_allowed(s));
+  }
+}
+
+TEST(Seams, TheSumAndTheCollapseOnAnAddendOrEachOther) {
+  SeamBuffers s = apart_buffers(true);
+  s.y = s.a;  // in place: a[d] is read before y[d] is written
+  EXPECT_TRUE(seam_launch_allowed(s));
+  s.u = s.b;  // the collapse on the other addend
+  EXPECT_TRUE(seam_launch_allowed(s));
+  s = apart_buffers(true);
+  s.u = s.y;  // written after the sum, by the same thread
+  EXPECT_TRUE(seam_launch_allowed(s));
+  s = apart_buffers(true);
+  s.y = s.a + 4;  // y[d] is a[d + 1]
+  EXPECT_FALSE(seam_launch_allowed(s));
+  s = apart_buffers(true);
+  s.out = s.a, s.b = s.a + 32;  // the streams on the addends: out[0][d] on a[d], out[1][d] on b[d], the same column
+  EXPECT_TRUE(seam_launch_allowed(s));
+  s.b = s.a + 36;  // out[1][d] on b[d - 1]
+  EXPECT_FALSE(seam_launch_allowed(s));
+}
+
+TEST(Seams, TheStreamsApartFromTheSumAndTheCollapse) {
+  SeamBuffers s = apart_buffers(true);
+  s.y = s.out + 32;  // the sum on a stream (both live at the expand in program order)
+  EXPECT_FALSE(seam_launch_allowed(s));
+  s = apart_buffers(false);
+  s.u = s.out;
+  EXPECT_FALSE(seam_launch_allowed(s));
+}

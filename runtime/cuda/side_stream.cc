@@ -52,26 +52,26 @@ void SideBusy::joined(int slot) {
 
 bool seam_launch_allowed(const SeamBuffers& s) {
   struct Buf {
-    uint64_t p, bytes;
-    bool rowwise;  // rows of D floats (X and out: n of them a row)
+    BufferRange r;  // empty for an absent buffer
+    bool rowwise;   // rows of D floats (X and out: n of them a row)
   };
+  auto buf = [](uint64_t p, uint64_t bytes, bool rowwise) { return Buf{{p, p ? p + bytes : p}, rowwise}; };
   const uint64_t row = uint64_t(s.rows) * uint64_t(s.D) * 4, small = uint64_t(s.rows) * uint64_t(s.n) * 4;
-  const Buf y{s.y, row, true}, X{s.X, row * uint64_t(s.n), true}, out{s.out, row * uint64_t(s.n), true};
-  const Buf u{s.u, row, true}, post{s.post, small, false}, comb{s.comb, small * uint64_t(s.n), false};
-  const Buf pre{s.pre, small, false}, a{s.add ? s.a : 0, row, true}, b{s.add ? s.b : 0, row, true};
-  auto apart = [](const Buf& w, const Buf& q) { return !w.p || !q.p || w.p >= q.p + q.bytes || q.p >= w.p + w.bytes; };
+  const Buf y = buf(s.y, row, true), X = buf(s.X, row * uint64_t(s.n), true), out = buf(s.out, row * uint64_t(s.n), true);
+  const Buf u = buf(s.u, row, true), post = buf(s.post, small, false), comb = buf(s.comb, small * uint64_t(s.n), false);
+  const Buf pre = buf(s.pre, small, false), a = buf(s.add ? s.a : 0, row, true), b = buf(s.add ? s.b : 0, row, true);
   auto same_column = [&](const Buf& w, const Buf& q) {
     if (!q.rowwise) return false;
-    if (s.rows == 1) return (w.p > q.p ? w.p - q.p : q.p - w.p) % (uint64_t(s.D) * 4) == 0;
-    return w.p == q.p && w.bytes == q.bytes;
+    if (s.rows == 1) return (w.r.lo > q.r.lo ? w.r.lo - q.r.lo : q.r.lo - w.r.lo) % (uint64_t(s.D) * 4) == 0;
+    return w.r.lo == q.r.lo && w.r.hi == q.r.hi;
   };
-  auto safe = [&](const Buf& w, const Buf& q) { return apart(w, q) || same_column(w, q); };
+  auto safe = [&](const Buf& w, const Buf& q) { return !w.r.overlaps(q.r) || same_column(w, q); };
   for (const Buf* w : {s.add ? &y : nullptr, &out, &u}) {
     if (!w) continue;
     for (const Buf* q : {&a, &b, s.add ? nullptr : &y, &X, &post, &comb, &pre})
       if (q && !safe(*w, *q)) return false;
   }
-  return apart(out, y) && apart(out, u) && safe(u, y);
+  return !out.r.overlaps(y.r) && !out.r.overlaps(u.r) && safe(u, y);
 }
 
 }  // namespace smelt::runtime::cuda

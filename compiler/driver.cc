@@ -118,8 +118,11 @@ std::string partition_passes(const CompileOptions& o) {
 std::string default_pipeline(const CompileOptions& o) {
   std::string numerics = o.numerics == "model" ? "" : "smelt-numerics{mode=" + o.numerics + "},";
   // GPU targets: the ops the cuda runtime may run on its side stream (smelt-schedule-streams).
-  const std::string streams = cuda_compile::parse_target(o.target).cuda ? "smelt-schedule-streams," : "";
-  return "smelt-verify," + numerics + partition_passes(o) + "smelt-select-kernels{target=" +
+  const bool gpu = cuda_compile::parse_target(o.target).cuda;
+  const std::string streams = gpu ? "smelt-schedule-streams," : "";
+  // ... and the Engram lookup and projection as their own ops, which the side stream runs beside the layer before.
+  const std::string split = gpu ? "smelt-split-engram," : "";
+  return "smelt-verify," + numerics + partition_passes(o) + split + "smelt-select-kernels{target=" +
          cuda_compile::pipeline_spelling(o.target) + "}," + streams + "smelt-plan-memory{max-rows=" +
          std::to_string(o.max_rows) + "}";
 }

@@ -81,8 +81,8 @@ def SmeltSplitEngram : Pass<"smelt-split-engram", "::mlir::ModuleOp"> {
     smelt.engram -> smelt.engram_lookup -> smelt.linear (wkv) -> smelt.engram_gate without wkv; a TP rank's
     smelt.engram_gate with wkv gets the linear the same way. Same results; the lookup and the projection no longer
     wait for the stream they gate, so smelt-schedule-streams can put them on the side stream
-    (side-ops=...,smelt.engram_lookup). Not in the default pipeline: on the H200 slice the side projection slowed
-    the step (docs/performance.md).
+    (side-ops=...,smelt.engram_lookup, a default). In GPU targets' default pipeline since session 24: with
+    early-engram's placement the side projection made the H200 slice's step faster (docs/performance.md).
   }];
 }
 
@@ -98,7 +98,10 @@ def SmeltScheduleStreams : Pass<"smelt-schedule-streams", "::mlir::ModuleOp"> {
     hoist (default) each marked op moves up to just after its operands' producers, the previous marked op and the
     previous op that shares one of its states, so that the arena gives its buffers to it alone; with sink-mix
     (default) a marked smelt.hc_mix then moves down past the side ops before its first user (the attention's kv
-    branch and indexer projections run first on the in-order side stream: the attention waits for them). The cuda runtime runs them on a
+    branch and indexer projections run first on the in-order side stream: the attention waits for them); with
+    early-engram (default) a marked smelt.engram_lookup (smelt-split-engram) and its projection move up to just
+    after the previous layer's attention hc_mix, so that the 157 MB projection runs beside that layer's attention
+    end and FFN instead of between two layers. The cuda runtime runs them on a
     second stream, starting each after the last op it depends on and making the main stream wait where a later op
     needs its results, its buffers or its states (runtime/cuda/side_stream.h), so any op may be marked. Part of the
     default pipeline for GPU targets; the cpu backend ignores the attribute.
@@ -107,7 +110,8 @@ def SmeltScheduleStreams : Pass<"smelt-schedule-streams", "::mlir::ModuleOp"> {
     ListOption<"sideOps", "side-ops", "std::string",
                "op names to mark, OP@NAME for the OP ops with a weight under NAME (smelt.linear@attn.wkv), "
                "OP#MODE for those with numerics = MODE (smelt.swiglu_mlp#fp32); default smelt.hc_mix, the kv / "
-               "indexer projections and smelt.swiglu_mlp#fp32 (schedule_streams.cc); none: no op">,
+               "indexer projections, smelt.swiglu_mlp#fp32, smelt.engram_hash and smelt.engram_lookup "
+               "(schedule_streams.cc); none: no op">,
     Option<"follow", "follow", "bool", /*default=*/"true",
            "also mark an op whose every operand comes from a marked op (unless it has states)">,
     Option<"hoist", "hoist", "bool", /*default=*/"true",
@@ -115,6 +119,10 @@ def SmeltScheduleStreams : Pass<"smelt-schedule-streams", "::mlir::ModuleOp"> {
     Option<"sinkMix", "sink-mix", "bool", /*default=*/"true",
            "then move each marked smelt.hc_mix down past the side ops before its first user (the kv branch, the "
            "indexer projections; not a side-stream shared expert), so that those run first">,
+    Option<"earlyEngram", "early-engram", "bool", /*default=*/"true",
+           "then move each marked smelt.engram_lookup and the marked ops fed only by it (its projection) up to "
+           "just after the previous layer's first marked smelt.hc_mix (its attention's), where the side stream "
+           "has a sublayer to run them">,
   ];
 }
 

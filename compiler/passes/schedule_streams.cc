@@ -32,9 +32,11 @@ namespace {
 // tensor-core GEMVs) it measured slower there (1.170-1.179 -> 1.244-1.252), so it is not marked then.
 // V4.1's smelt.engram_hash (one block, ~7 us: the n-gram hashes of the token history, first read by the first Engram
 // layer's lookup) ran on the main stream between the embedding and the first layer's hc_init (H200 timeline).
+// smelt.engram_lookup (GPU pipelines run smelt-split-engram first) with its projection, placed by early-engram:
+// V4.1-Flash slice 1.128 -> 1.123 ms (sm_90 path), 1.161 -> 1.144 (sm_80 path; session 24).
 std::vector<std::string> default_side_ops() {
   return {"smelt.hc_mix",          "smelt.linear@attn.wkv", "smelt.linear@indexer.wq_b", "smelt.linear@indexer.weights_proj",
-          "smelt.swiglu_mlp#fp32", "smelt.engram_hash"};
+          "smelt.swiglu_mlp#fp32", "smelt.engram_hash",     "smelt.engram_lookup"};
 }
 
 // One side-ops entry: an op name, optionally with `@NAME` (only the ops whose weights include one named
@@ -146,6 +148,63 @@ void sink_mixes(mlir::ModuleOp module, const llvm::DenseSet<mlir::Operation*>& m
   });
 }
 
+// Moves every marked smelt.engram_lookup of layer L, and the marked ops after it that take only its chain's results
+// (its projection, a smelt.linear of 157 MB in V4.1-Flash), up to just after the first marked smelt.hc_mix of layer
+// L - 1 (that layer's attention mix, which sink-mix placed after the attention's kv branch), when every operand of
+// the chain is defined before that mix and no op passed shares a state with it. Hoisted, the chain sits after layer
+// L - 1's FFN mix (the side op before it in program order) and the projection ran between the two layers beside the
+// routed experts (H200, V4.1 slice: +11 us against the Engram op on the main stream); at the block's start, before
+// the kv branch, it delayed layer 0's attention; after the attention mix it runs beside the attention's end and the
+// FFN: 1.128 -> 1.123 ms a step (sm_90 path), 1.161 -> 1.144 (sm_80 path; docs/performance.md "Session 24").
+void early_engram(mlir::ModuleOp module, const llvm::DenseSet<mlir::Operation*>& marked) {
+  module.walk([&](mlir::func::FuncOp fn) {
+    for (mlir::Block& block : fn.getBody()) {
+      llvm::SmallVector<mlir::Operation*> lookups;
+      for (mlir::Operation& op : block)
+        if (marked.contains(&op) && op.getName().getStringRef() == "smelt.engram_lookup") lookups.push_back(&op);
+      for (mlir::Operation* lookup : lookups) {
+        auto layer = lookup->getAttrOfType<mlir::IntegerAttr>("layer");
+        if (!layer) continue;
+        mlir::Operation* anchor = nullptr;
+        for (mlir::Operation& op : block) {
+          if (&op == lookup) break;
+          auto l = op.getAttrOfType<mlir::IntegerAttr>("layer");
+          if (marked.contains(&op) && op.getName().getStringRef() == "smelt.hc_mix" && l &&
+              l.getInt() == layer.getInt() - 1) {
+            anchor = &op;
+            break;
+          }
+        }
+        if (!anchor) continue;
+        // The chain: the lookup, then each later marked op whose operands all come from the chain.
+        llvm::SmallVector<mlir::Operation*> chain{lookup};
+        llvm::DenseSet<mlir::Operation*> in_chain{lookup};
+        for (mlir::Operation* p = lookup->getNextNode(); p; p = p->getNextNode()) {
+          if (!marked.contains(p) || p->getNumOperands() == 0) continue;
+          bool fed = true;
+          for (mlir::Value v : p->getOperands()) fed = fed && in_chain.contains(v.getDefiningOp());
+          if (fed) chain.push_back(p), in_chain.insert(p);
+        }
+        bool ok = true;
+        for (mlir::Operation* c : chain)
+          for (mlir::Value v : c->getOperands()) {
+            mlir::Operation* d = v.getDefiningOp();
+            ok = ok && (!d || d->getBlock() != &block || in_chain.contains(d) || d == anchor || d->isBeforeInBlock(anchor));
+          }
+        for (mlir::Operation* p = anchor->getNextNode(); ok && p && p != chain.back(); p = p->getNextNode())
+          if (!in_chain.contains(p))
+            for (mlir::Operation* c : chain) ok = ok && !share_state(p, c);
+        if (!ok) continue;
+        mlir::Operation* after = anchor;
+        for (mlir::Operation* c : chain) {
+          c->moveAfter(after);
+          after = c;
+        }
+      }
+    }
+  });
+}
+
 struct ScheduleStreams : impl::SmeltScheduleStreamsBase<ScheduleStreams> {
   using SmeltScheduleStreamsBase::SmeltScheduleStreamsBase;
 
@@ -177,6 +236,7 @@ struct ScheduleStreams : impl::SmeltScheduleStreamsBase<ScheduleStreams> {
     });
     if (hoist) hoist_marked(module, marked);
     if (sinkMix) sink_mixes(module, marked);
+    if (earlyEngram) early_engram(module, marked);
     record_pass(module, *this);
   }
 };

@@ -3,8 +3,9 @@
 // lookup and the projection depend only on the token ids, not on the stream they gate, so a GPU backend can run
 // them on its side stream (smelt-schedule-streams side-ops=...,smelt.engram_lookup) instead of between two layers.
 // The linear computes what the fused op computed inside (model numerics: FP8 activation quant, bf16 output; fp32:
-// dequantized weight in fp32), so the plan's results do not change. Opt-in (--pipeline): on the H200 slice the
-// side projection made the step slower (docs/performance.md).
+// dequantized weight in fp32), so the plan's results do not change. In GPU targets' default pipeline
+// (compiler/driver.cc): with smelt-schedule-streams' early-engram placement the side projection makes the H200
+// slice's step faster (docs/performance.md "Session 24").
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
 #include "compiler/dialect/dialect.h"

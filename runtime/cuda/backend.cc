@@ -569,6 +569,7 @@ void CudaBackend::plan_side_stream() {
   plan_fusions();
   plan_seams();
   side_plan_ = smelt::runtime::cuda::plan_side_stream(access_);
+  if (!env_is("SMELT_CUDA_SIDE_ROOTS", "1")) no_side_roots(side_plan_, access_);  // =1: as before (A/B)
   check_seams();
 }
 
@@ -726,6 +727,9 @@ void CudaBackend::run(const int32_t* ids, int64_t p0, int rows) {
       }
       CUgraph g = nullptr;
       check(d_.cuStreamEndCapture(stream_, &g), "capturing the decode graph");
+      // SMELT_CUDA_GRAPH_DOT=FILE: the captured graph's nodes and edges as Graphviz (cuGraphDebugDotPrint).
+      if (const char* dot = std::getenv("SMELT_CUDA_GRAPH_DOT"); dot && *dot && d_.cuGraphDebugDotPrint)
+        d_.cuGraphDebugDotPrint(g, dot, 1u /* CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE */);
       CUgraphExec exec = nullptr;
       CUresult r = d_.cuGraphInstantiateWithFlags(&exec, g, 0);
       d_.cuGraphDestroy(g);

@@ -67,6 +67,7 @@ std::unique_ptr<Driver> open_driver(const std::string& library) {
   SMELT_BIND(cuGraphLaunch, "cuGraphLaunch");
   SMELT_BIND(cuGraphExecDestroy, "cuGraphExecDestroy");
   SMELT_BIND(cuGraphDestroy, "cuGraphDestroy");
+  x.cuGraphDebugDotPrint = reinterpret_cast<decltype(x.cuGraphDebugDotPrint)>(dlsym(lib, "cuGraphDebugDotPrint"));
   SMELT_BIND(cuEventCreate, "cuEventCreate");
   SMELT_BIND(cuEventDestroy, "cuEventDestroy_v2");
   SMELT_BIND(cuEventRecord, "cuEventRecord");

@@ -38,6 +38,18 @@ SideSchedule plan_side_stream(const std::vector<OpAccess>& ops) {
   return s;
 }
 
+void no_side_roots(SideSchedule& s, const std::vector<OpAccess>& ops) {
+  if (s.after.empty() || s.after[0].empty()) return;
+  size_t first = 0;
+  while (first < s.side.size() && s.side[first]) ++first;
+  if (first >= ops.size() || ops[first].fence) return;
+  for (int k : s.after[0])
+    if (hazard(ops[first], ops[size_t(k)])) return;
+  std::vector<int>& to = s.after[first + 1];
+  to.insert(to.begin(), s.after[0].begin(), s.after[0].end());
+  s.after[0].clear();
+}
+
 int SideBusy::must_wait(const OpAccess& main_op) const {
   for (size_t i = queued.size(); i-- > 0;)
     if (hazard(queued[i].second, main_op)) return queued[i].first;

@@ -37,6 +37,14 @@ struct SideSchedule {
 };
 SideSchedule plan_side_stream(const std::vector<OpAccess>& ops);
 
+// The side ops due before the first main op (after[0]) moved to right after it, unless that op conflicts with one of
+// them (then the schedule stays): captured as they were, they are root nodes of the decode graph, and under Nsight
+// Systems the driver ran that branch late (the V4.1 slice's Engram hash began ~28 us into the step, when layer 0's
+// q_norm ended, and the kv branch and wq_b waited behind it; moved, the traced step was 17 us shorter). The
+// untraced step measured the same either way (SMELT_CUDA_SIDE_ROOTS=1 keeps the roots; docs/performance.md
+// "Session 24"): this keeps the timeline faithful.
+void no_side_roots(SideSchedule& s, const std::vector<OpAccess>& ops);
+
 // The side stream's queued ops and their ranges, in side-stream order, each with the slot of the event recorded after
 // it. A main-stream op must first wait for a queued side op when it reads a range the side op writes, or writes a
 // range it reads or writes; it waits for the latest such op only (the side stream runs in order, so the earlier ones

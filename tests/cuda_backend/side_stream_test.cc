@@ -8,6 +8,7 @@ namespace {
 
 using smelt::runtime::cuda::BufferRange;
 using smelt::runtime::cuda::OpAccess;
+using smelt::runtime::cuda::no_side_roots;
 using smelt::runtime::cuda::plan_side_stream;
 using smelt::runtime::cuda::SideBusy;
 
@@ -51,6 +52,27 @@ TEST(SideStream, FencesAndProgramOrderOfSideOps) {
   // No main op before it conflicts: launched before op 0.
   const auto first = plan_side_stream({op({0}, {1}, true), op({0}, {2})});
   EXPECT_EQ(first.after[0], std::vector<int>{0});
+}
+
+TEST(SideStream, NoSideOpBeforeTheFirstMainOp) {
+  // Side op 0 (the Engram hash's shape: reads the ids b0, writes b1) is due before the first main op (1, the
+  // embedding: reads b0, writes b2): moved to right after it, in front of the side ops due there.
+  auto s = plan_side_stream({op({0}, {1}, true), op({0}, {2}), op({2}, {3}, true), op({3}, {4})});
+  ASSERT_EQ(s.after[0], std::vector<int>{0});
+  EXPECT_EQ(s.after[2], std::vector<int>{2});
+  no_side_roots(s, {op({0}, {1}, true), op({0}, {2}), op({2}, {3}, true), op({3}, {4})});
+  EXPECT_TRUE(s.after[0].empty());
+  EXPECT_EQ(s.after[2], (std::vector<int>{0, 2}));
+  // The first main op conflicts with it (writes what it reads): the schedule stays.
+  const std::vector<OpAccess> c{op({0}, {1}, true), op({2}, {0}), op({1}, {4})};
+  auto t = plan_side_stream(c);
+  no_side_roots(t, c);
+  EXPECT_EQ(t.after[0], std::vector<int>{0});
+  // Only side ops: nothing to move them after.
+  const std::vector<OpAccess> only{op({0}, {1}, true), op({1}, {2}, true)};
+  auto u = plan_side_stream(only);
+  no_side_roots(u, only);
+  EXPECT_EQ(u.after[0], (std::vector<int>{0, 1}));
 }
 
 TEST(SideStream, MainStreamWaitsOnlyForConflicts) {

@@ -1,6 +1,7 @@
 #include "runtime/cuda/backend.h"
 
 #include "runtime/cuda/nccl.h"
+#include "runtime/cuda/ops_common.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -587,10 +588,7 @@ void CudaBackend::plan_seams() {
     }
     return k;
   };
-  auto round = [](const OpLaunch& l) {
-    auto it = l.op->attrs.find("round");
-    return it != l.op->attrs.end() && it->second.s == "bf16";
-  };
+  auto round = [](const OpLaunch& l) { return detail::is_round(*l.op); };
   for (size_t k = 0; k < ops_.size(); ++k) {
     OpLaunch& h = ops_[k];
     const OpKind hk = h.op->spec->kind;

@@ -202,7 +202,7 @@ struct U64Pack {
   uint64_t v[480];
 };
 
-bool is_round(const OpRef& op) { return detail::attr_s(op, "round") == "bf16"; }
+using detail::is_round;
 
 // Whether rows of len values take the register norm kernels (smelt_rms_norm_regs, smelt_hc_collapse_norm: up to 8
 // values a thread, weights loaded before the dependent-launch wait; the same bits as smelt_rms_norm at the same block).

@@ -66,6 +66,8 @@ inline double attr_f(const OpRef& op, const char* name, double dflt = 0.0) {
   auto it = op.attrs.find(name);
   return it == op.attrs.end() ? dflt : it->second.f;
 }
+// Whether the op rounds its output to bf16 (its `round` attribute).
+inline bool is_round(const OpRef& op) { return attr_s(op, "round") == "bf16"; }
 // The V4.1 ops' internal bf16 roundings, off under numerics = "fp32".
 inline int model_rounding(const OpRef& op) { return attr_s(op, "numerics") == "fp32" ? 0 : 1; }
 

@@ -488,6 +488,15 @@ bool run_seam(Ctx& c) {
   return true;
 }
 
+// A seam's later op (its hc_expand after the add, its hc_collapse) whose kernel the seam's head launched this run
+// (run_seam): nothing to launch, the output rounded as the op would have.
+bool ran_in_seam(Ctx& c) {
+  if (!c.l.seam_done || c.dry) return false;
+  c.l.seam_done = false;
+  c.round_done = true;
+  return true;
+}
+
 void run_v4(Ctx& c) {
   const OpLaunch& l = c.l;
   const OpRef& op = c.op();
@@ -536,11 +545,7 @@ void run_v4(Ctx& c) {
       break;
     }
     case OpKind::HcCollapse: {
-      if (l.seam_done && !c.dry) {  // the seam's head ran it (run_seam)
-        l.seam_done = false;
-        c.round_done = true;
-        break;
-      }
+      if (ran_in_seam(c)) break;
       const int D = int(l.out_w[0]), n = int(op.i("hc_mult"));
       const DeviceWeight* norm = weight(l, 0);  // the rms_norm smelt-fuse-hc-norm folded in
       c.round_done = is_round(op);  // the kernels below round their output in the same pass
@@ -563,11 +568,7 @@ void run_v4(Ctx& c) {
       break;
     }
     case OpKind::HcExpand: {
-      if (l.seam_done && !c.dry) {  // the seam's head (the add of its input) ran it
-        l.seam_done = false;
-        c.round_done = true;
-        break;
-      }
+      if (ran_in_seam(c)) break;
       if (run_seam(c)) break;
       const int D = int(l.in_w[1]);
       c.round_done = is_round(op);

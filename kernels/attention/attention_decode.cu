@@ -15,7 +15,7 @@
 //
 // Scratch (runtime/cuda/ops.cc): sc [H, Lmax], tmax / psum / nmax [H, tiles], pv [H, tiles, hd]. Blocks past the
 // row's actual list (the position is read on the device) return at once.
-#include "kernels/cuda/common.cuh"
+#include "kernels/rope/rope_pair.cuh"
 
 using namespace smelt_dev;
 
@@ -288,12 +288,13 @@ extern "C" __global__ void __launch_bounds__(kDecThreads, 2)
   else dec_pv_heads<float>(hpb, pr, ptr, nb, d, nh, pv, i64(tiles) * hd);
 }
 
-// round: the op's `round = "bf16"` applied to the output here (no separate launch). grid (heads, hd / 128),
-// block 128: a thread per channel (every block also folds the head's denominators, the same numbers).
-extern "C" __global__ void smelt_attn_dec_merge(AttnArgs a, const StepInfo* step, int tiles, const float* psum,
-                                                const float* nmax, const float* pv, int round, float* out) {
-  SMELT_KERNEL_PROLOGUE();
-  const int h = blockIdx.x, hd = a.hd, d = blockIdx.y * kThreads + threadIdx.x;
+namespace {
+
+// The merge's value of channel d of head h (the op's round applied): the denominators and P.V folded in tile order
+// with the same rescales, then the sink. Every thread of the block returns (0 for d >= hd).
+__device__ __forceinline__ float dec_merge_value(const AttnArgs& a, const StepInfo* step, int tiles, const float* psum,
+                                                 const float* nmax, const float* pv, int round, int h, int d) {
+  const int hd = a.hd;
   const i64 p0 = step->p0;
   const DecList dl = dec_list(a, p0);
   const int nt = (dl.L + kTile - 1) / kTile;
@@ -321,8 +322,61 @@ extern "C" __global__ void smelt_attn_dec_merge(AttnArgs a, const StepInfo* step
     }
   }
   denom = __fadd_rn(denom, expf(__fsub_rn(sink, run_max)));
-  if (d < hd) {
-    const float v = __fdiv_rn(acc, denom);
-    out[i64(h) * hd + d] = ((a.v41 && a.rb) || round) ? round_bf16(v) : v;
+  if (d >= hd) return 0.f;
+  const float v = __fdiv_rn(acc, denom);
+  return ((a.v41 && a.rb) || round) ? round_bf16(v) : v;
+}
+
+}  // namespace
+
+// round: the op's `round = "bf16"` applied to the output here (no separate launch). grid (heads, hd / 128),
+// block 128: a thread per channel (every block also folds the head's denominators, the same numbers).
+extern "C" __global__ void smelt_attn_dec_merge(AttnArgs a, const StepInfo* step, int tiles, const float* psum,
+                                                const float* nmax, const float* pv, int round, float* out) {
+  SMELT_KERNEL_PROLOGUE();
+  const int h = blockIdx.x, d = blockIdx.y * kThreads + threadIdx.x;
+  const float v = dec_merge_value(a, step, tiles, psum, nmax, pv, round, h, d);
+  if (d < a.hd) out[i64(h) * a.hd + d] = v;
+}
+
+// The ops right after a decode attention in a layer, run by its merge (runtime/cuda/backend.cc plan_attn_tails):
+// the window KV update of the row (kv != nullptr) and the inverse rope of the attention's output into y
+// (y != nullptr), each with its own kernel's operations (smelt_window_kv_update, smelt_rope_units*).
+struct AttnTail {
+  const float* kv;  // the row's kv, kv_hd values, into ring slot p0 % R
+  float* ring;
+  int R, kv_hd;
+  float* y;  // rope(out): heads x hd, channels [hd - rope_dim, hd) rotated in pairs, rounded to bf16 when rround
+  int rope_dim, inverse, rround;
+};
+
+// smelt_attn_dec_merge, then the tail. The ring slot is written after this grid's dependency wait: every read of the
+// ring (the scores' and the tiles' kernels, which this grid follows) has finished by then, as the separate update
+// kernel had them finished. out is written as without the tail (its other readers, if any, see the same values).
+// The rope needs both channels of a pair in one warp: hd - rope_dim even (the launcher checks it).
+extern "C" __global__ void smelt_attn_dec_merge_tail(AttnArgs a, const StepInfo* step, int tiles, const float* psum,
+                                                     const float* nmax, const float* pv, int round, float* out,
+                                                     AttnTail t, InvFreq f) {
+  SMELT_KERNEL_PROLOGUE();
+  const int h = blockIdx.x, hd = a.hd, d = blockIdx.y * kThreads + threadIdx.x;
+  if (t.kv && h == 0) {
+    const i64 slot = step->p0 % t.R;
+    for (int c = d; c < t.kv_hd; c += int(gridDim.y) * kThreads) t.ring[slot * t.kv_hd + c] = t.kv[c];
   }
+  const float v = dec_merge_value(a, step, tiles, psum, nmax, pv, round, h, d);
+  if (d < hd) out[i64(h) * hd + d] = v;
+  if (!t.y) return;
+  const float other = __shfl_xor_sync(0xffffffffu, v, 1);  // the pair's other channel (d ^ 1: nope is even)
+  if (d >= hd) return;
+  const int nope = hd - t.rope_dim;
+  float* y = t.y + i64(h) * hd;
+  if (d < nope) {
+    y[d] = t.rround ? round_bf16(v) : v;
+    return;
+  }
+  const int j = d - nope, lo = (j & 1) == 0;
+  float o[2];
+  if (t.rround) rope_pair<true>(lo ? v : other, lo ? other : v, f.v[j / 2], float(step->p0), t.inverse, o);
+  else rope_pair<false>(lo ? v : other, lo ? other : v, f.v[j / 2], float(step->p0), t.inverse, o);
+  y[d] = o[lo ? 0 : 1];
 }

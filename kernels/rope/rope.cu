@@ -3,28 +3,11 @@
 // exactly as the cpu backend does (rope_inv_freq / rope_inv_freq_v41) and passed by value. y may alias x.
 // smelt_rope / smelt_rope_bf16: grid (rows, head blocks: 1 or more), block 128 (SMELT_CUDA_DECODE_KERNELS=0).
 // smelt_rope_units / smelt_rope_units_bf16: the same bits in one pass without a barrier, see below.
-#include "kernels/cuda/common.cuh"
+#include "kernels/rope/rope_pair.cuh"
 
 using namespace smelt_dev;
 
-struct InvFreq {
-  float v[256];  // rope_dim / 2 <= 256
-};
-
 namespace {
-
-// One interleaved pair (a, b) rotated by inv_freq * pos (the negative angle when inverse) into v[0], v[1], rounded
-// to bf16 when R: every pair gets exactly these operations in both kernel forms below.
-template <bool R>
-__device__ __forceinline__ void rope_pair(float a, float b, float inv_freq, float pos, int inverse, float* v) {
-  const float angle = __fmul_rn(inv_freq, pos);
-  float sn, cs;
-  sincosf(angle, &sn, &cs);
-  if (inverse) sn = -sn;
-  const float o0 = __fsub_rn(__fmul_rn(a, cs), __fmul_rn(b, sn)), o1 = __fadd_rn(__fmul_rn(b, cs), __fmul_rn(a, sn));
-  v[0] = R ? round_bf16(o0) : o0;
-  v[1] = R ? round_bf16(o1) : o1;
-}
 
 // R: the op's `round = "bf16"` on the whole output row in the same launch (smelt_rope_bf16): the rotated pairs
 // are rounded as they are written, the other channels in a pass of their own (disjoint elements).

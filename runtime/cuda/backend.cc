@@ -460,18 +460,25 @@ void CudaBackend::run_one(size_t k, int64_t p0, int rows) {
   record_kernels_ = true;
   OpLaunch* fused = ops_[k].fuse_shared;  // one op alone runs only its own kernels
   OpLaunch* seam = ops_[k].seam_collapse;
+  OpLaunch* tail_kv = ops_[k].tail_kv;
+  OpLaunch* tail_rope = ops_[k].tail_rope;
+  auto restore = [&] {
+    ops_[k].fuse_shared = fused;
+    ops_[k].seam_collapse = seam;
+    ops_[k].tail_kv = tail_kv;
+    ops_[k].tail_rope = tail_rope;
+  };
   ops_[k].fuse_shared = nullptr;
   ops_[k].seam_collapse = nullptr;
+  ops_[k].tail_kv = ops_[k].tail_rope = nullptr;
   try {
     run_op_at(k, rows);
   } catch (...) {
     record_kernels_ = false;
-    ops_[k].fuse_shared = fused;
-    ops_[k].seam_collapse = seam;
+    restore();
     throw;
   }
-  ops_[k].fuse_shared = fused;
-  ops_[k].seam_collapse = seam;
+  restore();
   record_kernels_ = false;
   CUresult r = d_.cuStreamSynchronize(stream_);
   if (r != 0) {
@@ -569,6 +576,7 @@ void CudaBackend::plan_side_stream() {
   }
   plan_fusions();
   plan_seams();
+  plan_attn_tails();
   side_plan_ = smelt::runtime::cuda::plan_side_stream(access_);
   if (!env_is("SMELT_CUDA_SIDE_ROOTS", "1")) no_side_roots(side_plan_, access_);  // =1: as before (A/B)
   check_seams();
@@ -580,14 +588,20 @@ void CudaBackend::plan_side_stream() {
 // access takes the later ops' (the side stream's schedule and joins see every range where the launch touches it).
 // H200, V4.1-Flash slice: one launch instead of three at each FFN's end and two at each attention's. Off with
 // $SMELT_CUDA_SEAMS=0 or on plans compiled before the kernels.
+size_t CudaBackend::next_main(size_t k) const {
+  for (++k; k < ops_.size() && access_[k].side; ++k) {
+  }
+  return k;
+}
+
+void CudaBackend::fold_access(size_t head, size_t later) {
+  access_[head].reads.insert(access_[head].reads.end(), access_[later].reads.begin(), access_[later].reads.end());
+  access_[head].writes.insert(access_[head].writes.end(), access_[later].writes.begin(), access_[later].writes.end());
+}
+
 void CudaBackend::plan_seams() {
   seams_.clear();
   if (env_is("SMELT_CUDA_SEAMS", "0") || !module_of_.count("smelt_hc_seam")) return;
-  auto next_main = [&](size_t k) {
-    for (++k; k < ops_.size() && access_[k].side; ++k) {
-    }
-    return k;
-  };
   auto round = [](const OpLaunch& l) { return detail::is_round(*l.op); };
   for (size_t k = 0; k < ops_.size(); ++k) {
     OpLaunch& h = ops_[k];
@@ -606,22 +620,70 @@ void CudaBackend::plan_seams() {
     if (norm || !e.out[0] || cl.in[0] != e.out[0] || !cl.out[0] || cl.op->i("hc_mult") != n || n > 8 ||
         cl.out_w[0] != e.in_w[1] || round(cl) != round(e))
       continue;
-    for (size_t j : {ke, kc}) {
-      if (j == k) continue;
-      access_[k].reads.insert(access_[k].reads.end(), access_[j].reads.begin(), access_[j].reads.end());
-      access_[k].writes.insert(access_[k].writes.end(), access_[j].writes.begin(), access_[j].writes.end());
-    }
+    for (size_t j : {ke, kc})
+      if (j != k) fold_access(k, j);
     h.seam_expand = hk == OpKind::Add ? &e : nullptr;
     h.seam_collapse = &cl;
     seams_.push_back({k, ke, kc});
   }
 }
 
+// Attention tails (OpLaunch::tail_kv / tail_rope; ops.cc split_attention): a main-stream sparse_attention op, then
+// (consecutive but for side ops) its layer's window_kv_update and the inverse rope of its output, which the decode
+// merge kernel runs in its own launch (kernels/attention/attention_decode.cu smelt_attn_dec_merge_tail: the same
+// operations), so the head's access takes theirs, as a seam's does. The rope then runs before the update: only when
+// neither touches what the other writes, and when its output is the attention's own buffer or overlaps it nowhere
+// (a thread writes both). Two launches fewer a layer on the critical path. Off with $SMELT_CUDA_ATTN_TAIL=0 or on
+// plans compiled before the kernel.
+void CudaBackend::plan_attn_tails() {
+  if (env_is("SMELT_CUDA_ATTN_TAIL", "0") || !module_of_.count("smelt_attn_dec_merge_tail")) return;
+  const uint64_t mr = uint64_t(plan_.max_rows());
+  auto rows_of = [&](DevPtr p, int64_t w) {
+    OpAccess x;
+    x.writes.push_back({p, p + mr * uint64_t(w) * 4});
+    return x;
+  };
+  for (size_t k = 0; k < ops_.size(); ++k) {
+    OpLaunch& a = ops_[k];
+    if (access_[k].side || a.op->spec->kind != OpKind::SparseAttention || !a.out[0]) continue;
+    size_t j = next_main(k), first = 0, last = 0;
+    OpLaunch *kv = nullptr, *rope = nullptr;
+    if (j < ops_.size() && ops_[j].op->spec->kind == OpKind::WindowKvUpdate && ops_[j].in[0] && ops_[j].state[0]) {
+      kv = &ops_[j];
+      first = last = j;
+      j = next_main(j);
+    }
+    if (j < ops_.size() && ops_[j].op->spec->kind == OpKind::Rope) {
+      const OpLaunch& r = ops_[j];
+      const int64_t hd = r.op->i("head_dim"), rd = r.op->i("rope_dim");
+      const bool ok = r.op->i("inverse") != 0 && r.in[0] == a.out[0] && r.out[0] && r.in_w[0] == a.out_w[0] &&
+                      r.out_w[0] == a.out_w[0] && hd == a.op->i("head_dim") && r.op->i("heads") == a.op->i("heads") &&
+                      rd > 0 && rd <= 512 && (hd - rd) % 2 == 0 &&
+                      (r.out[0] == a.out[0] || !hazard(rows_of(a.out[0], a.out_w[0]), rows_of(r.out[0], r.out_w[0]))) &&
+                      (!kv || !hazard(access_[j], access_[last]));
+      if (ok) {
+        rope = &ops_[j];
+        if (!kv) first = j;
+        last = j;
+      }
+    }
+    if (!kv && !rope) continue;
+    fold_access(k, first);
+    if (last != first) fold_access(k, last);
+    a.tail_kv = kv;
+    a.tail_rope = rope;
+    Seam t{k, first, last};
+    t.tail = true;
+    seams_.push_back(t);
+  }
+}
+
 // Seams by their collapse: an add-headed group and the expand-headed one inside it are one seam (the add's launch
-// runs it when its buffers allow, else the expand's).
+// runs it when its buffers allow, else the expand's). Attention tails are not seams.
 size_t CudaBackend::seams() const {
   std::set<size_t> collapses;
-  for (const Seam& s : seams_) collapses.insert(s.collapse);
+  for (const Seam& s : seams_)
+    if (!s.tail) collapses.insert(s.collapse);
   return collapses.size();
 }
 
@@ -640,10 +702,11 @@ void CudaBackend::check_seams() {
       kept.push_back(s);
     } else {
       if (env_is("SMELT_CUDA_SEAMS", "why"))
-        std::fprintf(stderr, "seam at %s undone: a side op launched inside it conflicts with its later ops\n",
-                     ops_[s.head].op->where().c_str());
+        std::fprintf(stderr, "%s at %s undone: a side op launched inside it conflicts with its later ops\n",
+                     s.tail ? "attention tail" : "seam", ops_[s.head].op->where().c_str());
       ops_[s.head].seam_expand = nullptr;
       ops_[s.head].seam_collapse = nullptr;
+      ops_[s.head].tail_kv = ops_[s.head].tail_rope = nullptr;
     }
   }
   seams_ = kept;

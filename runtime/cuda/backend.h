@@ -182,9 +182,13 @@ class CudaBackend final : public Launcher {
   void plan_side_stream();
   void plan_fusions();  // OpLaunch::fuse_shared pairs (called by plan_side_stream before its schedule)
   void plan_seams();   // OpLaunch::seam_collapse groups (plan_side_stream, before its schedule)
-  void check_seams();  // ... undone where a side op launched inside the group conflicts with its later ops
+  void plan_attn_tails();  // OpLaunch::tail_kv / tail_rope (plan_side_stream, before its schedule)
+  void check_seams();  // ... both undone where a side op launched inside the group conflicts with its later ops
+  size_t next_main(size_t k) const;             // the first main-stream op after op k
+  void fold_access(size_t head, size_t later);  // op `later`'s ranges into op `head`'s (it runs them in its launch)
   struct Seam {
     size_t head, expand, collapse;
+    bool tail = false;  // an attention tail (head: the attention, expand / collapse: its first / last fused op)
   };
   std::vector<Seam> seams_;
   void launch_side_after(int m, int rows);

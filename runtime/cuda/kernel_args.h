@@ -34,4 +34,13 @@ struct InvFreq {
   float v[256] = {};
 };
 
+// kernels/attention/attention_decode.cu AttnTail: the window KV update and inverse rope the decode merge runs.
+struct AttnTail {
+  DevPtr kv = 0, ring = 0;
+  int32_t R = 0, kv_hd = 0;
+  DevPtr y = 0;
+  int32_t rope_dim = 0, inverse = 0, rround = 0;
+};
+static_assert(sizeof(AttnTail) == 48, "AttnTail: the kernel's layout");
+
 }  // namespace smelt::runtime::cuda

@@ -66,6 +66,11 @@ struct OpLaunch {
   OpLaunch* seam_expand = nullptr;  // the hc_expand when the head is the add
   OpLaunch* seam_collapse = nullptr;
   mutable bool seam_done = false;
+  // The head of an attention tail (backend.cc plan_attn_tails): a sparse_attention op and the main-stream
+  // window_kv_update and / or inverse rope right after it, which its decode merge kernel runs too (ops.cc
+  // split_attention decides per run); those ops then find `seam_done` set and launch nothing.
+  OpLaunch* tail_kv = nullptr;
+  OpLaunch* tail_rope = nullptr;
   Launcher* backend = nullptr;
   int sms = 0;                           // the GPU's multiprocessors (sizes persistent grids; 0 = unknown)
   int arch = 0;                          // the loaded cubins' arch, 90 for sm_90 (picks arch-only kernels; 0 = unknown)

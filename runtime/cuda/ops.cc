@@ -246,8 +246,27 @@ bool split_attention(Ctx& c, const AttnArgs& a) {
        spb, sc, tmax);
   c.go("smelt_attn_dec_tiles", unsigned(tiles), unsigned((H + hpb - 1) / hpb), hz, 256, 0, a, l.step, int(H),
        int(Lmax), int(tiles), hpb, sc, spb == 64 ? tmax : DevPtr(0), psum, nmax, pv);
-  c.go("smelt_attn_dec_merge", unsigned(H), unsigned((a.hd + 127) / 128), 1, 128, 0, a, l.step, int(tiles), psum,
-       nmax, pv, int(is_round(c.op())), l.out[0]);
+  const unsigned mz = unsigned((a.hd + 127) / 128);
+  if ((l.tail_kv || l.tail_rope) && !c.dry) {  // the window KV update and inverse rope after it in the same launch
+    AttnTail t;
+    InvFreq f;
+    if (const OpLaunch* kv = l.tail_kv) {
+      t.kv = kv->in[0], t.ring = kv->state[0], t.R = int32_t(kv->state_rows[0]), t.kv_hd = int32_t(kv->in_w[0]);
+      kv->seam_done = true;
+    }
+    if (const OpLaunch* rope = l.tail_rope) {
+      const Ctx cr{*rope, false};
+      f = detail::inv_freq_arg(cr, detail::attr_s(*rope->op, "variant") == "v41");
+      t.y = rope->out[0], t.rope_dim = int32_t(rope->op->i("rope_dim"));
+      t.inverse = int32_t(rope->op->i("inverse") != 0), t.rround = int32_t(is_round(*rope->op));
+      rope->seam_done = true;
+    }
+    c.go("smelt_attn_dec_merge_tail", unsigned(H), mz, 1, 128, 0, a, l.step, int(tiles), psum, nmax, pv,
+         int(is_round(c.op())), l.out[0], t, f);
+  } else {
+    c.go("smelt_attn_dec_merge", unsigned(H), mz, 1, 128, 0, a, l.step, int(tiles), psum, nmax, pv,
+         int(is_round(c.op())), l.out[0]);
+  }
   c.round_done = true;
   return true;
 }
@@ -489,7 +508,8 @@ bool run_seam(Ctx& c) {
 }
 
 // A seam's later op (its hc_expand after the add, its hc_collapse) whose kernel the seam's head launched this run
-// (run_seam): nothing to launch, the output rounded as the op would have.
+// (run_seam), or an attention tail's op that the attention's merge ran (split_attention): nothing to launch, the
+// output rounded as the op would have.
 bool ran_in_seam(Ctx& c) {
   if (!c.l.seam_done || c.dry) return false;
   c.l.seam_done = false;
@@ -617,6 +637,7 @@ void run_v4(Ctx& c) {
       break;
     }
     case OpKind::Rope: {
+      if (ran_in_seam(c)) break;
       const InvFreq f = detail::inv_freq_arg(c, detail::attr_s(op, "variant") == "v41");
       c.round_done = is_round(op);
       const int heads = int(op.i("heads")), hd = int(op.i("head_dim")), rd = int(op.i("rope_dim"));
@@ -631,6 +652,7 @@ void run_v4(Ctx& c) {
       break;
     }
     case OpKind::WindowKvUpdate:
+      if (ran_in_seam(c)) break;
       c.go("smelt_window_kv_update", R, 1, 1, 128, 0, l.in[0], rows, int(l.in_w[0]), l.step, l.state[0],
            int(l.state_rows[0]));
       break;

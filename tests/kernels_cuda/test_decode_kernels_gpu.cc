@@ -13,6 +13,7 @@
 #include "kernels/bf16.h"
 #include "kernels/indexer/reference.h"
 #include "kernels/quant/reference.h"
+#include "kernels/rope/reference.h"
 #include "runtime/cuda/kernel_args.h"
 #include "tests/kernels_cuda/bits.h"
 #include "tests/kernels_cuda/harness.h"
@@ -441,6 +442,91 @@ TEST(CudaDecodeKernels, SplitAttentionEqualsTheOneBlockKernel) {
       expect_bits_equal(b.data(), a.data(), a.size(),
                         std::string(cs.what) + " spb " + std::to_string(spb) + " hpb " + std::to_string(hpb));
     }
+  }
+}
+
+// smelt_attn_dec_merge_tail (the merge with the layer's window KV update and inverse rope in the same launch,
+// runtime/cuda/backend.cc plan_attn_tails) against the three kernels it replaces, launched one after another: the
+// attention's output, the rope's output and the ring bit for bit, for the rope into its own buffer and in place,
+// rounded or not, with the V4.1-Flash shape and a small one; the kv update alone and the rope alone too.
+TEST(CudaDecodeKernels, AttnMergeTailEqualsMergeThenKvUpdateThenRope) {
+  NEED_GPU();
+  struct Case {
+    int H, hd, rd, window, ratio, pool_rows, kk;
+    int64_t p0;
+    const char* what;
+  };
+  const Case cases[] = {
+      {64, 512, 64, 128, 4, 1100, 512, 4097, "v41 flash shape, 10 tiles"},
+      {64, 512, 64, 128, 0, 0, 0, 4130, "v41 window only"},
+      {20, 192, 64, 128, 4, 200, 100, 77, "20 heads hd 192, window not full"},
+  };
+  for (const Case& cs : cases) {
+    const int H = cs.H, hd = cs.hd, window = cs.window, n = H * hd;
+    auto qv = randn(size_t(n), 41, 0.3f), kv = randn(hd, 42), ring = randn(size_t(window) * hd, 43);
+    auto pool = randn(size_t(std::max(cs.pool_rows, 1)) * hd, 44), sink = randn(H, 45);
+    std::mt19937 r(46);
+    std::vector<int32_t> idx(std::max(cs.kk, 1));
+    const int vis = cs.ratio ? int((cs.p0 + 1) / cs.ratio) : 0;
+    for (auto& v : idx) v = int32_t(r() % (vis + 20)) - 10;
+    AttnArgs g{};
+    g.q = gpu().put(qv), g.chunk_kv = gpu().put(kv), g.idx = cs.kk ? gpu().put(idx) : 0, g.k = cs.kk;
+    g.sink = gpu().put(sink), g.ring = gpu().put(ring), g.R = window, g.window = window, g.ratio = cs.ratio;
+    g.pool = cs.ratio ? gpu().put(pool) : 0, g.pool_rows = cs.pool_rows, g.hd = hd, g.scale = 0.05f;
+    g.v41 = 1, g.rb = 1;
+    const int Lmax = window + (cs.ratio ? (cs.kk ? cs.kk : int(cs.p0 / cs.ratio) + 1) : 0), tiles = (Lmax + 63) / 64;
+    DevPtr st = smelt::test_cuda::step_info(gpu(), cs.p0, 1);
+    DevPtr sc = gpu().alloc(size_t(H) * Lmax * 4), tmax = gpu().alloc(size_t(H) * tiles * 4);
+    DevPtr psum = gpu().alloc(size_t(H) * tiles * 4), nmax = gpu().alloc(size_t(H) * tiles * 4);
+    DevPtr pv = gpu().alloc(size_t(H) * tiles * hd * 4);
+    gpu().launch("attention", "smelt_attn_dec_scores", tiles * 4, unsigned((H + 7) / 8), 1, 256, 0, g, st, H, Lmax,
+                 tiles, 16, sc, tmax);
+    gpu().launch("attention", "smelt_attn_dec_tiles", tiles, unsigned((H + 7) / 8), unsigned((hd + 255) / 256), 256, 0,
+                 g, st, H, Lmax, tiles, 8, sc, DevPtr(0), psum, nmax, pv);
+    smelt::kernels::RopeParams rp;
+    rp.rope_dim = cs.rd, rp.theta = 10000.0, rp.yarn_factor = 16.0, rp.yarn_original_max_pos = 65536.0;
+    const std::vector<float> inv = smelt::kernels::rope_inv_freq_v41(rp);
+    InvFreq f{};
+    std::copy(inv.begin(), inv.end(), f.v);
+    const std::vector<float> junk(size_t(n), 12345.f);
+    for (int parts : {3, 1, 2})  // kv update and rope, kv update alone, rope alone
+      for (int in_place : {0, 1})
+        for (int rround : {1, 0}) {
+          if (parts == 1 && (in_place || !rround)) continue;  // no rope: one case
+          const bool with_kv = parts != 2, with_rope = parts != 1;
+          const std::string what = std::string(cs.what) + (with_kv ? " kv" : "") + (with_rope ? " rope" : "") +
+                                   (in_place ? " in place" : "") + (rround ? " rounded" : "");
+          DevPtr out[2], y[2], rg[2];
+          for (int v = 0; v < 2; ++v) {
+            out[v] = gpu().put(junk), rg[v] = gpu().put(ring);
+            y[v] = in_place ? out[v] : gpu().put(junk);
+          }
+          // the three kernels, as the ops launch them
+          gpu().launch("attention", "smelt_attn_dec_merge", H, unsigned((hd + 127) / 128), 1, 128, 0, g, st, tiles,
+                       psum, nmax, pv, 0, out[0]);
+          if (with_kv) gpu().launch("attention", "smelt_window_kv_update", 1, 1, 1, 128, 0, g.chunk_kv, 1, hd, st, rg[0],
+                                    window);
+          if (with_rope)
+            gpu().launch("rope", rround ? "smelt_rope_units_bf16" : "smelt_rope_units", 1,
+                         unsigned((int64_t(H) * (hd - cs.rd / 2) + 255) / 256), 1, 256, 0, out[0], y[0], st, H, hd,
+                         cs.rd, 1, f);
+          // the fused one
+          smelt::runtime::cuda::AttnTail t;
+          if (with_kv) t.kv = g.chunk_kv, t.ring = rg[1], t.R = window, t.kv_hd = hd;
+          if (with_rope) t.y = y[1], t.rope_dim = cs.rd, t.inverse = 1, t.rround = rround;
+          gpu().launch("attention", "smelt_attn_dec_merge_tail", H, unsigned((hd + 127) / 128), 1, 128, 0, g, st, tiles,
+                       psum, nmax, pv, 0, out[1], t, f);
+          if (!in_place) {
+            auto a = gpu().get<float>(out[0], size_t(n)), b = gpu().get<float>(out[1], size_t(n));
+            expect_bits_equal(b.data(), a.data(), a.size(), what + ": attention output");
+          }
+          if (with_rope) {
+            auto a = gpu().get<float>(y[0], size_t(n)), b = gpu().get<float>(y[1], size_t(n));
+            expect_bits_equal(b.data(), a.data(), a.size(), what + ": rope output");
+          }
+          auto a = gpu().get<float>(rg[0], size_t(window) * hd), b = gpu().get<float>(rg[1], size_t(window) * hd);
+          expect_bits_equal(b.data(), a.data(), a.size(), what + ": ring");
+        }
   }
 }
 

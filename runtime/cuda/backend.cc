@@ -582,12 +582,6 @@ void CudaBackend::plan_side_stream() {
   check_seams();
 }
 
-// Sublayer seams (OpLaunch::seam_collapse; ops.cc run_seam): the main-stream ops [add ->] hc_expand -> hc_collapse,
-// consecutive but for side ops, where the expand reads the add's sum and the collapse the expanded streams, with the
-// same hc_mult and rounding and no folded norm. One smelt_hc_seam* launch runs them at the first op, so that op's
-// access takes the later ops' (the side stream's schedule and joins see every range where the launch touches it).
-// H200, V4.1-Flash slice: one launch instead of three at each FFN's end and two at each attention's. Off with
-// $SMELT_CUDA_SEAMS=0 or on plans compiled before the kernels.
 size_t CudaBackend::next_main(size_t k) const {
   for (++k; k < ops_.size() && access_[k].side; ++k) {
   }
@@ -599,6 +593,12 @@ void CudaBackend::fold_access(size_t head, size_t later) {
   access_[head].writes.insert(access_[head].writes.end(), access_[later].writes.begin(), access_[later].writes.end());
 }
 
+// Sublayer seams (OpLaunch::seam_collapse; ops.cc run_seam): the main-stream ops [add ->] hc_expand -> hc_collapse,
+// consecutive but for side ops, where the expand reads the add's sum and the collapse the expanded streams, with the
+// same hc_mult and rounding and no folded norm. One smelt_hc_seam* launch runs them at the first op, so that op's
+// access takes the later ops' (the side stream's schedule and joins see every range where the launch touches it).
+// H200, V4.1-Flash slice: one launch instead of three at each FFN's end and two at each attention's. Off with
+// $SMELT_CUDA_SEAMS=0 or on plans compiled before the kernels.
 void CudaBackend::plan_seams() {
   seams_.clear();
   if (env_is("SMELT_CUDA_SEAMS", "0") || !module_of_.count("smelt_hc_seam")) return;

@@ -98,11 +98,24 @@ done
 # V4.1 goldens (outside the repository: the checkpoints travel in the archive). fp32 numerics: 1e-3 as for V4;
 # the model's numerics (bf16 roundings, per-token FP8 activation quantization): 5e-2, because a 1-ulp
 # difference before a rounding point moves a value by a whole bf16 / FP8 step (see docs/performance.md).
+# tiny_backbone_selectall has no checkpoint of its own: it is tiny_backbone's (byte-identical, its README) run with
+# index_topk 128, so its attention lists span 3 tiles of 64 and decode takes the split attention kernels and the
+# attention tails; every other tiny V4.1 list is one tile (the one-block kernel). It compiles from a model folder of
+# its config and that checkpoint, fp32 numerics only for now: with the model's numerics its op-by-op bisect on the
+# tensor-core GEMVs (.ops_mma) found layer 0's and 3's moe_experts (the FP4 wgmma experts) at 0.026 / 0.012 of the op's
+# scale against the 1e-2 bound (session 25, docs/performance.md; .ops on the exact GEMVs passes): open, not yet in the
+# set that `ctest -L gpu` must pass.
 for d in "$SHARED"/goldens/v41/*/; do
   [ "$BENCH_ONLY" = 1 ] && break
-  [ -f "$d/model.safetensors" ] && [ -f "$d/tokens.json" ] || continue
   base=$(basename "$d")
-  mkdir -p "$OUT/work/models/$base" && cp "$d/model.safetensors" "$OUT/work/models/$base/"
+  ckpt="$d/model.safetensors"
+  [ -f "$ckpt" ] || [ "$base" != tiny_backbone_selectall ] || ckpt="$d/../tiny_backbone/model.safetensors"
+  [ -f "$ckpt" ] && [ -f "$d/tokens.json" ] || continue
+  mkdir -p "$OUT/work/models/$base" && cp "$ckpt" "$OUT/work/models/$base/model.safetensors"
+  if [ ! -f "$d/model.safetensors" ]; then
+    cp "$d"/*.json "$OUT/work/models/$base/"
+    d="$OUT/work/models/$base"
+  fi
   prompt=$(ids "$d/tokens.json" prompt_ids) decode=$(ids "$d/tokens.json" greedy_ids drop_last)
   if compile "v41_${base}_fp32" "$d" h200 --numerics fp32; then
     echo "v41_${base}_fp32|plans/v41_${base}_fp32.smelt|models/$base|$prompt|$decode|1e-3" >> "$M"
@@ -111,12 +124,13 @@ for d in "$SHARED"/goldens/v41/*/; do
   fi
   # V4.1 pipelined and tensor parallel (fp32 numerics; TP splits the quantized experts by whole experts).
   for split in pp2 tp2; do
-    [ "${PARTITIONED:-1}" = 1 ] || continue
+    [ "${PARTITIONED:-1}" = 1 ] && [ "$base" != tiny_backbone_selectall ] || continue
     flag="--${split%2} 2"
     if [ -f "$OUT/work/plans/v41_${base}_fp32.smelt" ] && compile "v41_${base}_fp32_${split}" "$d" h200 --numerics fp32 $flag; then
       echo "v41_${base}_fp32_${split}|plans/v41_${base}_fp32_${split}.smelt|models/$base|$prompt|$decode|1e-3|plans/v41_${base}_fp32.smelt" >> "$M"
     fi
   done
+  [ "$base" = tiny_backbone_selectall ] && continue  # fp32 only (above)
   compile "v41_${base}" "$d" h200
   echo "v41_${base}|plans/v41_${base}.smelt|models/$base|$prompt|$decode|5e-2" >> "$M"
   # Every side-stream path the defaults do not take (docs/performance.md, "The side stream"): the Engram lookup and

@@ -29,4 +29,4 @@ if [ ! -f "$OUT/prof.nsys-rep" ]; then
   LD_LIBRARY_PATH="$(cd "$LIBS" 2>/dev/null && pwd):${LD_LIBRARY_PATH:-}" "$IMPORTER" -i "$OUT/prof.qdstrm" > /dev/null
 fi
 "$NSYS" stats --report cuda_gpu_trace --format csv --output "$OUT/trace" "$OUT/prof.nsys-rep" > /dev/null
-python3 scripts/gpu_timeline.py "$OUT/trace_cuda_gpu_trace.csv" | tee "$OUT/timeline.txt" | tail -45
+python3 scripts/gpu_timeline.py "$OUT/trace_cuda_gpu_trace.csv" --sublayers | tee "$OUT/timeline.txt" | tail -45

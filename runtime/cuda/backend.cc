@@ -588,6 +588,12 @@ size_t CudaBackend::next_main(size_t k) const {
   return k;
 }
 
+OpAccess CudaBackend::written_rows(DevPtr p, int64_t width) const {
+  OpAccess a;
+  a.writes.push_back({p, p + uint64_t(plan_.max_rows()) * uint64_t(width) * 4});
+  return a;
+}
+
 void CudaBackend::fold_access(size_t head, size_t later) {
   access_[head].reads.insert(access_[head].reads.end(), access_[later].reads.begin(), access_[later].reads.end());
   access_[head].writes.insert(access_[head].writes.end(), access_[later].writes.begin(), access_[later].writes.end());
@@ -637,12 +643,6 @@ void CudaBackend::plan_seams() {
 // plans compiled before the kernel.
 void CudaBackend::plan_attn_tails() {
   if (env_is("SMELT_CUDA_ATTN_TAIL", "0") || !module_of_.count("smelt_attn_dec_merge_tail")) return;
-  const uint64_t mr = uint64_t(plan_.max_rows());
-  auto rows_of = [&](DevPtr p, int64_t w) {
-    OpAccess x;
-    x.writes.push_back({p, p + mr * uint64_t(w) * 4});
-    return x;
-  };
   for (size_t k = 0; k < ops_.size(); ++k) {
     OpLaunch& a = ops_[k];
     if (access_[k].side || a.op->spec->kind != OpKind::SparseAttention || !a.out[0]) continue;
@@ -656,11 +656,12 @@ void CudaBackend::plan_attn_tails() {
     if (j < ops_.size() && ops_[j].op->spec->kind == OpKind::Rope) {
       const OpLaunch& r = ops_[j];
       const int64_t hd = r.op->i("head_dim"), rd = r.op->i("rope_dim");
+      const bool apart = r.out[0] == a.out[0] ||
+                         !hazard(written_rows(a.out[0], a.out_w[0]), written_rows(r.out[0], r.out_w[0]));
       const bool ok = r.op->i("inverse") != 0 && r.in[0] == a.out[0] && r.out[0] && r.in_w[0] == a.out_w[0] &&
                       r.out_w[0] == a.out_w[0] && hd == a.op->i("head_dim") && r.op->i("heads") == a.op->i("heads") &&
-                      rd > 0 && rd <= 512 && (hd - rd) % 2 == 0 &&
-                      (r.out[0] == a.out[0] || !hazard(rows_of(a.out[0], a.out_w[0]), rows_of(r.out[0], r.out_w[0]))) &&
-                      (!kv || !hazard(access_[j], access_[last]));
+                      rd > 0 && rd <= 512 && (hd - rd) % 2 == 0 && apart &&
+                      (!kv || !hazard(access_[j], access_[first]));  // first: the kv update's index
       if (ok) {
         rope = &ops_[j];
         if (!kv) first = j;
@@ -728,8 +729,7 @@ void CudaBackend::plan_fusions() {
     OpLaunch& b = ops_[k + 1];
     if (a.op->spec->kind != OpKind::MoeExperts || b.op->spec->kind != OpKind::SwigluMlp) continue;
     if (access_[k].side || access_[k + 1].side || !a.in[0] || a.in[0] != b.in[0] || !b.out[0]) continue;
-    OpAccess y;  // the swiglu_mlp's output, written
-    y.writes.push_back({b.out[0], b.out[0] + uint64_t(plan_.max_rows()) * uint64_t(b.out_w[0]) * 4});
+    const OpAccess y = written_rows(b.out[0], b.out_w[0]);  // the swiglu_mlp's output
     if (hazard(access_[k], y)) continue;
     a.fuse_shared = &b;
     access_[k].writes.push_back(y.writes[0]);

@@ -186,6 +186,7 @@ class CudaBackend final : public Launcher {
   void check_seams();  // ... both undone where a side op launched inside the group conflicts with its later ops
   size_t next_main(size_t k) const;             // the first main-stream op after op k
   void fold_access(size_t head, size_t later);  // op `later`'s ranges into op `head`'s (it runs them in its launch)
+  OpAccess written_rows(DevPtr p, int64_t width) const;  // max_rows rows of `width` floats at p, as a write
   struct Seam {
     size_t head, expand, collapse;
     bool tail = false;  // an attention tail (head: the attention, expand / collapse: its first / last fused op)

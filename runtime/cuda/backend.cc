@@ -718,12 +718,13 @@ void CudaBackend::check_seams() {
 // when the swiglu_mlp's output overlaps nothing the moe_experts op reads or writes: the arena is planned in program
 // order, so that output may share bytes with the routing's results, which are dead by the swiglu_mlp but still read
 // by the combine. The moe_experts op's access then writes that output too, so that the side stream's schedule and
-// joins see the write where it happens. Only with $SMELT_CUDA_FUSE_SHARED=1 (or =up): the fused layers' MoE took ~4.5
-// us less, but the Engram projection after the first one took 25-40 us more, so the step was slower (H200, V4.1
-// slice, docs/performance.md "Session 22"; not explained yet).
+// joins see the write where it happens. On by default since session 26, the ups fused and the downs as two launches
+// ($SMELT_CUDA_FUSE_SHARED unset or =up; =1 fuses the downs too, =0 off): H200, V4.1 slice, sm_90 path 1.123-1.128
+// -> 1.100-1.103 ms a step (=1: 1.116-1.122). Session 22 had measured it slower (the Engram projection after the
+// first fused layer took 25-40 us more); since session 24 that projection runs on the side stream a layer earlier
+// (docs/performance.md "Session 26").
 void CudaBackend::plan_fusions() {
-  const bool on = env_is("SMELT_CUDA_FUSE_SHARED", "1") || env_is("SMELT_CUDA_FUSE_SHARED", "up");
-  if (!on || arch_num(arch_) != 90) return;
+  if (env_off("SMELT_CUDA_FUSE_SHARED") || arch_num(arch_) != 90) return;
   for (size_t k = 0; k + 1 < ops_.size(); ++k) {
     OpLaunch& a = ops_[k];
     OpLaunch& b = ops_[k + 1];

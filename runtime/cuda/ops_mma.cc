@@ -155,7 +155,7 @@ bool try_experts_mma_with_shared(Ctx& c, const ExpertsLaunch& a, const ExpertsLa
   c.go("smelt_moe_up_fp4_wgmma_with_fp8", r_up + g_up, 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk, a.idx,
        a.n_experts, a.rw, a.ew, int(a.f.blk), a.limit, rb, a.h, s_up, int(r_up), s.F, s.ew, int(s.f.blk), s.limit,
        s.h, sp.s_up);
-  static const bool up_only = env_is("SMELT_CUDA_FUSE_SHARED", "up");  // A/B: the downs as two launches
+  static const bool up_only = !env_is("SMELT_CUDA_FUSE_SHARED", "1");  // the downs as two launches (=1: one)
   if (up_only) {
     c.go("smelt_moe_down_fp4_wgmma", r_down, 1, 1, kMmaWarps * 32, mma_smem_bytes(a.F, a.topk), a.h, a.D, a.F, a.topk,
          a.idx, a.n_experts, a.ew, int(a.f.blk), rb, 0, a.out, s_down);

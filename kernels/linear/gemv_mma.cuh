@@ -222,19 +222,16 @@ __device__ __forceinline__ void mma_stage_f16(const u32* w, u8* dst_bytes) {
 }
 
 // The 32 floats of a staging unit at p (vec: p is 16-byte aligned).
-// CG: loads from L2 only (ld.global.cg), for rows that other blocks of the same launch wrote (the experts' FFN in one
-// launch, moe_mma.cu): this multiprocessor's L1 may hold their lines from an earlier launch.
-template <bool CG = false>
 __device__ __forceinline__ void mma_load_block32(const float* p, bool vec, float* v) {
   if (vec) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      const float4 f = CG ? __ldcg(reinterpret_cast<const float4*>(p) + i) : reinterpret_cast<const float4*>(p)[i];
+      const float4 f = reinterpret_cast<const float4*>(p)[i];
       v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
     }
   } else {
 #pragma unroll
-    for (int i = 0; i < 32; ++i) v[i] = CG ? __ldcg(p + i) : p[i];
+    for (int i = 0; i < 32; ++i) v[i] = p[i];
   }
 }
 
@@ -245,7 +242,7 @@ __device__ __forceinline__ void mma_load_block32(const float* p, bool vec, float
 // FP4 weights' nibbles pair, (x0,x4) (x1,x5) (x2,x6) (x3,x7) (f16x8_repair's, once here instead of every block of
 // every tile). kStageE4m3Split: the codes as bytes, block b at xq[r * stride + 64 b] in two columns by magnitude
 // (wgmma_desc_col01_lo). Call with all threads; synchronises.
-template <int Mode, bool CG = false>
+template <int Mode>
 __device__ __forceinline__ void mma_stage_quant(const float* x, int rows, int K, u8* xq, int stride, float* xsc) {
   // A thread per 32-block (not a warp with shuffles): the staging sits before every block's first MMA, and the
   // serial warp version cost ~70 dependent instructions per block (Nsight Compute). The maximum of |x| is the same
@@ -254,7 +251,7 @@ __device__ __forceinline__ void mma_stage_quant(const float* x, int rows, int K,
   const bool vec = (reinterpret_cast<u64>(x) & 15) == 0;
   for (int u = threadIdx.x; u < units; u += blockDim.x) {  // unit u = row u / nb, block u % nb (rows contiguous)
     float v[32];
-    mma_load_block32<CG>(x + i64(u) * 32, vec, v);
+    mma_load_block32(x + i64(u) * 32, vec, v);
     float amax = fabsf(v[0]);
 #pragma unroll
     for (int i = 1; i < 32; ++i) amax = fmaxf(amax, fabsf(v[i]));
@@ -295,13 +292,13 @@ __device__ __forceinline__ void mma_stage_quant(const float* x, int rows, int K,
 // (5,7) of each 8): row r's hi values at xq + 2r * stride, its lo values at xq + (2r + 1) * stride (the MMA's token
 // columns 0 and 1), the factor 2^-s at xsc[b * 8 + r] (r < 8). A thread per 32-block; call with all threads;
 // synchronises.
-template <bool FP4, bool CG = false>
+template <bool FP4>
 __device__ __forceinline__ void mma_stage_wo(const float* x, int rows, int K, u8* xq, int stride, float* xsc) {
   const int nb = K / 32, units = rows * nb;
   const bool vec = (reinterpret_cast<u64>(x) & 15) == 0;
   for (int u = threadIdx.x; u < units; u += blockDim.x) {
     float v[32];
-    mma_load_block32<CG>(x + i64(u) * 32, vec, v);
+    mma_load_block32(x + i64(u) * 32, vec, v);
     float amax = 0.f;
 #pragma unroll
     for (int i = 0; i < 32; ++i) amax = fabsf(v[i]) <= 3.402823466e38f ? fmaxf(amax, fabsf(v[i])) : amax;

@@ -34,36 +34,12 @@ __device__ __forceinline__ const u8* lane_xrow(const u8* xq, int stride, int lt,
   return nullptr;
 }
 
-// CG: the rows were written by other blocks of this launch (the FFN kernels below): loads from L2 only.
-template <bool FP4, int P, bool CG = false>
+template <bool FP4, int P>
 __device__ __forceinline__ void stage_rows(const float* x, int rows, int K, u8* xq, int stride, float* xsc) {
-  if constexpr (P == kPathWo) mma_stage_wo<FP4, CG>(x, rows, K, xq, stride, xsc);
-  else if constexpr (P == kPathWg) mma_stage_quant<kStageE4m3Split, CG>(x, rows, K, xq, stride, xsc);
-  else if constexpr (FP4) mma_stage_quant<kStageF16Paired, CG>(x, rows, K, xq, stride, xsc);
-  else mma_stage_quant<kStageF16, CG>(x, rows, K, xq, stride, xsc);
-}
-
-// How the up and down bodies walk their tiles: tpg tiles a group (a block's K-split units), tps tiles a slot (of
-// `rows` output rows each), tiles in all, groups in all. WR: warps that walk one tile (a warpgroup on the wgmma path).
-struct TileWalk {
-  int WR, tpg, tps, tiles, groups;
-};
-template <int P>
-__device__ __forceinline__ TileWalk tile_walk(int N, int topk, int S, int tile_rows_a_warp) {
-  TileWalk t;
-  t.WR = P == kPathWg ? 4 : 1;
-  const int TR = tile_rows_a_warp * t.WR;
-  t.tpg = kMmaWarps / t.WR / S;
-  t.tps = (N + TR - 1) / TR;
-  t.tiles = topk * t.tps;
-  t.groups = (t.tiles + t.tpg - 1) / t.tpg;
-  return t;
-}
-template <int P>
-__device__ __forceinline__ TileWalk up_walk(int F, int topk, int S) { return tile_walk<P>(F, topk, S, 16); }
-template <int P>
-__device__ __forceinline__ TileWalk down_walk(int D, int topk, int S) {
-  return tile_walk<P>(D, topk, S, 16 * SMELT_MMA_DOWN_TPW);
+  if constexpr (P == kPathWo) mma_stage_wo<FP4>(x, rows, K, xq, stride, xsc);
+  else if constexpr (P == kPathWg) mma_stage_quant<kStageE4m3Split>(x, rows, K, xq, stride, xsc);
+  else if constexpr (FP4) mma_stage_quant<kStageF16Paired>(x, rows, K, xq, stride, xsc);
+  else mma_stage_quant<kStageF16>(x, rows, K, xq, stride, xsc);
 }
 
 // The bodies' arch guard: act quant on sm_89+ (E4M3 conversions), wgmma on sm_90a, weight-only on sm_80+.
@@ -73,31 +49,6 @@ constexpr bool path_arch_ok() {
   return P == kPathWo ? __CUDA_ARCH__ >= 800 : P == kPathWg ? (__CUDA_ARCH__ >= 890 && SMELT_WGMMA) : __CUDA_ARCH__ >= 890;
 }
 #endif
-
-// The FFN kernels' slot counters (below): a block's up group adds its tiles to done[slot] once its outputs are
-// written (release), a down group waits (thread 0, acquire) until done[t] >= need for its slots t_lo .. t_hi.
-__device__ __forceinline__ int ld_acquire(const int* p) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void wait_ready(const int* ready, int t_lo, int t_hi, int need) {
-  if (threadIdx.x == 0)
-    for (int t = t_lo; t <= t_hi; ++t)
-      while (ld_acquire(ready + t) < need) __nanosleep(64);
-  __syncthreads();
-}
-__device__ __forceinline__ void signal_done(int* done, const TileWalk& tw, int grp) {
-  __threadfence();  // this thread's outputs, before the count that releases them
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  const int t1 = min(grp * tw.tpg + tw.tpg, tw.tiles);
-  for (int tile = grp * tw.tpg; tile < t1;) {
-    const int slot = tile / tw.tps, end = min(t1, (slot + 1) * tw.tps);
-    atomicAdd(done + slot, end - tile);
-    tile = end;
-  }
-}
 
 // up: h[t, f] = the swiglu of up_dec_body from g = x . w1[f], u = x . w3[f] of slot t's expert. WG: the wgmma
 // path (FP4, sm_90a): a tile is 64 rows walked by a warpgroup, warp q of it rows 16 q .. 16 q + 15.
@@ -117,8 +68,8 @@ __device__ void up_mma_body(const float* x, int D, int F, int topk, const i32* i
   constexpr int WR = WG ? 4 : 1, TR = 16 * WR;  // warps a tile, its rows
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
   const int unit = warp / WR, q = warp % WR;
-  const TileWalk tw = up_walk<P>(F, topk, S);
-  const int tpg = tw.tpg, seg = unit % S, tps = tw.tps, tiles = tw.tiles, groups = tw.groups;
+  const int tpg = kMmaWarps / WR / S, seg = unit % S;
+  const int tps = (F + TR - 1) / TR, tiles = topk * tps, groups = (tiles + tpg - 1) / tpg;
   int b0, b1;
   mma_seg_range(nb, seg, S, b0, b1);
   // Each group: its tile's expert, then its first weight blocks in flight before anything else (for the first
@@ -174,12 +125,9 @@ __device__ void up_mma_body(const float* x, int D, int F, int topk, const i32* i
 
 // down: out[t, d] = act_quant(h[t]) . w2[d] of slot t's expert (bf16 when rb and the slot is valid, or round). WG as in
 // up_mma_body: a tile is 64 x TPW rows, warp q of its warpgroup rows 16 q + 64 m of each of the TPW matrices.
-// ready (the FFN kernels below): the up's tiles done a slot, written by other blocks of the launch; a group stages
-// its slots once ready[t] >= need for each (from L2).
 template <bool FP4, int P>
 __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32* idx, int n_experts,
-                              const ExpertW& w, int blk, int rb, int round, float* out, int S, int bid, int nblk,
-                              const int* ready = nullptr, int need = 0) {
+                              const ExpertW& w, int blk, int rb, int round, float* out, int S, int bid, int nblk) {
 #if defined(__CUDA_ARCH__)
   if constexpr (path_arch_ok<P>()) {
   constexpr bool WG = P == kPathWg, WO = P == kPathWo;
@@ -188,10 +136,10 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
   constexpr int WR = WG ? 4 : 1;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
   const int unit = warp / WR, q = warp % WR;
+  const int tpg = kMmaWarps / WR / S, seg = unit % S;
   constexpr int TPW = SMELT_MMA_DOWN_TPW;  // 16-row matrices a warp walks at once (as the linear GEMV's TPW)
   constexpr int TR = 16 * WR * TPW;        // rows of a tile
-  const TileWalk tw = down_walk<P>(D, topk, S);
-  const int tpg = tw.tpg, seg = unit % S, tps = tw.tps, tiles = tw.tiles, groups = tw.groups;
+  const int tps = (D + TR - 1) / TR, tiles = topk * tps, groups = (tiles + tpg - 1) / tpg;
   // Staged slots: every slot (act quant), or (weight-only) the most a group's tpg tiles span, restaged per group
   // (runtime/cuda/mma_split.h mma_wo_down_span: the launcher sizes the shared memory with the same count).
   const int span = WO ? min(topk, (tpg + tps - 2) / tps + 1) : topk, RS = slot_rows<P>() * span;
@@ -230,22 +178,11 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
       const bool own = WO || nblk >= groups;
       const int t_lo = own ? g_lo : 0, t_hi = own ? g_hi : topk - 1;
       const int r0 = WO ? 0 : t_lo;  // staged row of t_lo
-      if (ready) {
-        wait_ready(ready, t_lo, t_hi, need);
-        stage_rows<FP4, P, true>(h + i64(t_lo) * F, t_hi - t_lo + 1, F, xq + slot_rows<P>() * r0 * stride, stride,
-                                 xsc + r0);
-      } else {
-        stage_rows<FP4, P>(h + i64(t_lo) * F, t_hi - t_lo + 1, F, xq + slot_rows<P>() * r0 * stride, stride, xsc + r0);
-      }
+      stage_rows<FP4, P>(h + i64(t_lo) * F, t_hi - t_lo + 1, F, xq + slot_rows<P>() * r0 * stride, stride, xsc + r0);
       staged_lo = t_lo, staged_hi = t_hi;
     } else if (WO && (g_lo != staged_lo || g_hi != staged_hi)) {  // a later group may also end in the next slot
       __syncthreads();  // every warp is done with the staged slots
-      if (ready) {
-        wait_ready(ready, g_lo, g_hi, need);
-        stage_rows<FP4, P, true>(h + i64(g_lo) * F, g_hi - g_lo + 1, F, xq, stride, xsc);
-      } else {
-        stage_rows<FP4, P>(h + i64(g_lo) * F, g_hi - g_lo + 1, F, xq, stride, xsc);
-      }
+      stage_rows<FP4, P>(h + i64(g_lo) * F, g_hi - g_lo + 1, F, xq, stride, xsc);
       staged_lo = g_lo, staged_hi = g_hi;
     }
     const int lt = WO ? t - staged_lo : t;  // this tile's staged slot row
@@ -331,85 +268,3 @@ smelt_moe_down_fp4_wgmma_with_fp8(const float* h, int D, int F, int topk, const 
     down_mma_body<false, kPathAq>(h2, D, F2, 1, nullptr, 1, w2, blk2, rb, round2, out2, ksplit2,
                                   int(blockIdx.x) - nblk, int(gridDim.x) - nblk);
 }
-
-// ---- the expert FFN in one launch ------------------------------------------------------------------------------
-// smelt_moe_ffn_fp4_wgmma_with_fp8 (sm_90a) runs the routed FP4 up, the shared FP8 up (F2 > 0), the routed down and the
-// shared down as one persistent grid; smelt_moe_ffn_{fp8,fp4}_wo_ring (sm_80+) the routed up and down of the
-// weight-only ring. Each part is its own kernel's body over its own groups (the same bits as the separate launches),
-// handed out as tickets in that order from one counter, so a block that finishes its up group takes the next group
-// at once, up or down: with separate launches the up's 216 blocks left 48 of an H200's 264 two-block slots idle and
-// the down waited for the up's last block (docs/performance.md "Session 21", "Session 26"). A down group waits for
-// the up tiles of its slots only (per-slot counters, released by the up groups that wrote them); every up ticket is
-// handed out before any down ticket, and a down group waits only on up groups already running, so the grid needs no
-// co-residency. The counters (kFfnCounters ints, zero before the first launch: runtime OpLaunch::counters) are left
-// zero by the last block out; launches that share them run one after another on one stream.
-constexpr int kFfnCounters = 16;  // [0] tickets, [1] blocks out, [2, 10) routed slots' up tiles, [10] the shared slot's
-
-template <class Run>
-__device__ __forceinline__ void ffn_tickets(int* ctr, int total, Run run) {
-  __shared__ int ticket;
-  for (;;) {
-    __syncthreads();  // every thread has read the last ticket, and every warp is done with the last body's memory
-    if (threadIdx.x == 0) ticket = atomicAdd(ctr, 1);
-    __syncthreads();
-    const int t = ticket;
-    if (t >= total) break;
-    run(t);
-  }
-  if (threadIdx.x != 0) return;
-  __threadfence();  // this block's last ticket before its count out
-  if (atomicAdd(ctr + 1, 1) != int(gridDim.x) - 1) return;
-  __threadfence();  // every other block is out: nothing reads the counters any more in this launch
-#pragma unroll
-  for (int i = 0; i < kFfnCounters; ++i) ctr[i] = 0;
-}
-
-extern "C" __global__ void __launch_bounds__(256, SMELT_MMA_MIN_BLOCKS)
-smelt_moe_ffn_fp4_wgmma_with_fp8(const float* x, int D, int F, int topk, const i32* idx, int n_experts,
-                                 const float* rw, ExpertW w, int blk, float limit, int rb, float* h, float* out,
-                                 int s_up, int s_down, int F2, ExpertW w2, int blk2, float limit2, float* h2,
-                                 float* out2, int round2, int s2_up, int s2_down, int* ctr) {
-  SMELT_KERNEL_PROLOGUE_IN_BODY();
-  grid_dep_wait();  // the routing's experts, and the counters' last launch is done
-  grid_dep_launch();
-  const TileWalk ru = up_walk<kPathWg>(F, topk, s_up), rd = down_walk<kPathWg>(D, topk, s_down);
-  const int n_su = F2 > 0 ? up_walk<kPathAq>(F2, 1, s2_up).groups : 0;
-  const int n_sd = F2 > 0 ? down_walk<kPathAq>(D, 1, s2_down).groups : 0;
-  int* done = ctr + 2;
-  ffn_tickets(ctr, ru.groups + n_su + rd.groups + n_sd, [&](int t) {
-    if (t < ru.groups) {
-      up_mma_body<true, kPathWg>(x, D, F, topk, idx, n_experts, rw, w, blk, limit, rb, h, s_up, t, ru.groups);
-      signal_done(done, ru, t);
-    } else if ((t -= ru.groups) < n_su) {
-      up_mma_body<false, kPathAq>(x, D, F2, 1, nullptr, 1, nullptr, w2, blk2, limit2, rb, h2, s2_up, t, n_su);
-      signal_done(done + 8, up_walk<kPathAq>(F2, 1, s2_up), t);
-    } else if ((t -= n_su) < rd.groups) {
-      down_mma_body<true, kPathWg>(h, D, F, topk, idx, n_experts, w, blk, rb, 0, out, s_down, t, rd.groups, done,
-                                   ru.tps);
-    } else {
-      down_mma_body<false, kPathAq>(h2, D, F2, 1, nullptr, 1, w2, blk2, rb, round2, out2, s2_down, t - rd.groups,
-                                    n_sd, done + 8, up_walk<kPathAq>(F2, 1, s2_up).tps);
-    }
-  });
-}
-
-#define SMELT_MOE_FFN_WO(NAME, FP4)                                                                                \
-  extern "C" __global__ void __launch_bounds__(256, SMELT_MMA_MIN_BLOCKS)                                           \
-  smelt_moe_ffn_##NAME##_wo_ring(const float* x, int D, int F, int topk, const i32* idx, int n_experts, ExpertW w,  \
-                                 int blk, float limit, float* h, float* out, int s_up, int s_down, int* ctr) {       \
-    SMELT_KERNEL_PROLOGUE_IN_BODY();                                                                               \
-    grid_dep_wait();                                                                                               \
-    grid_dep_launch();                                                                                             \
-    const TileWalk u = up_walk<kPathWo>(F, topk, s_up), d = down_walk<kPathWo>(D, topk, s_down);                  \
-    ffn_tickets(ctr, u.groups + d.groups, [&](int t) {                                                             \
-      if (t < u.groups) {                                                                                          \
-        up_mma_body<FP4, kPathWo>(x, D, F, topk, idx, n_experts, nullptr, w, blk, limit, 0, h, s_up, t, u.groups);  \
-        signal_done(ctr + 2, u, t);                                                                                \
-      } else {                                                                                                     \
-        down_mma_body<FP4, kPathWo>(h, D, F, topk, idx, n_experts, w, blk, 0, 0, out, s_down, t - u.groups,        \
-                                    d.groups, ctr + 2, u.tps);                                                     \
-      }                                                                                                            \
-    });                                                                                                            \
-  }
-SMELT_MOE_FFN_WO(fp8, false)
-SMELT_MOE_FFN_WO(fp4, true)

@@ -249,7 +249,6 @@ CudaBackend::CudaBackend(const Plan& plan, const BackendOptions& o) : plan_(plan
     if (scratch) check(d_.cuMemAlloc(&scratch_, align256(scratch)), "allocating op scratch");
     if (side_scratch) check(d_.cuMemAlloc(&side_scratch_, align256(side_scratch)), "allocating op scratch");
     check(d_.cuMemAlloc(&step_, 256), "allocating the step info");
-    check(d_.cuMemAlloc(&counters_, 256), "allocating the kernels' counters");
     check(d_.cuMemAllocHost(&host_ids_, size_t(plan.max_rows()) * 4), "allocating pinned memory");
     check(d_.cuMemAllocHost(&host_step_, sizeof(StepInfo)), "allocating pinned memory");
     reset_state();
@@ -265,7 +264,6 @@ CudaBackend::CudaBackend(const Plan& plan, const BackendOptions& o) : plan_(plan
       l.plan = &plan;
       l.op = &op;
       l.step = step_;
-      l.counters = counters_;
       l.stream = stream_;
       l.scratch = scratch_;
       l.scratch_bytes = scratch;
@@ -312,9 +310,9 @@ void CudaBackend::release() noexcept {
   for (auto& [rows, exec] : graphs_by_rows_) d_.cuGraphExecDestroy(exec);
   graphs_by_rows_.clear();
   if (side_) d_.cuStreamSynchronize(side_);
-  for (CUdeviceptr p : {arena_, states_, scratch_, side_scratch_, step_, counters_, sample_scratch_})
+  for (CUdeviceptr p : {arena_, states_, scratch_, side_scratch_, step_, sample_scratch_})
     if (p) d_.cuMemFree(p);
-  arena_ = states_ = scratch_ = side_scratch_ = step_ = counters_ = sample_scratch_ = 0;
+  arena_ = states_ = scratch_ = side_scratch_ = step_ = sample_scratch_ = 0;
   weights_.release();  // before the context goes
   for (void* h : {host_ids_, host_step_, host_token_})
     if (h) d_.cuMemFreeHost(h);
@@ -868,7 +866,6 @@ void CudaBackend::read_buffer(int buffer, void* out, uint64_t bytes) {
 void CudaBackend::reset_state() {
   make_current();
   check(d_.cuMemsetD8Async(states_, 0, std::max<uint64_t>(states_bytes_, 256), stream_), "clearing the states");
-  if (counters_) check(d_.cuMemsetD8Async(counters_, 0, 256, stream_), "clearing the kernels' counters");
   check(d_.cuStreamSynchronize(stream_), "clearing the states");
 }
 

@@ -149,7 +149,6 @@ class CudaBackend final : public Launcher {
   std::map<std::string, CUmodule, std::less<>> module_of_;  // entry point -> module (cubin symbol tables)
   std::map<CUfunction, unsigned> shared_set_;  // dynamic shared memory already allowed per function
   CUdeviceptr arena_ = 0, states_ = 0, scratch_ = 0, step_ = 0;
-  CUdeviceptr counters_ = 0;  // OpLaunch::counters: zeroed once here, left zero by the kernels that count in them
   std::vector<uint64_t> state_offset_;
   uint64_t states_bytes_ = 0;
   DeviceWeights weights_;

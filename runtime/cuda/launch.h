@@ -45,9 +45,6 @@ struct OpLaunch {
   const OpRef* op = nullptr;
   int rows = 0;
   DevPtr step = 0;                       // StepInfo*
-  // 256 bytes zeroed at load that kernels count in and leave zero (kernels/moe/moe_mma.cu kFfnCounters: the experts'
-  // FFN in one launch); shared by every op, so only main-stream launches, which run one after another, use them.
-  DevPtr counters = 0;
   DevPtr in[4] = {}, out[3] = {};        // arena buffers by operand position (0 = absent)
   int64_t in_w[4] = {}, out_w[3] = {};   // row_elems of each
   std::vector<const DeviceWeight*> w;    // weights by operand position (nullptr = absent; moe_experts has many)

@@ -50,14 +50,6 @@ unsigned grid(int64_t tiles, int S, unsigned blocks) {
   return unsigned(std::min<int64_t>(groups, blocks));
 }
 
-// The experts' FFN in one launch (kernels/moe/moe_mma.cu smelt_moe_ffn_*: the ups' and downs' groups as tickets of one
-// persistent grid, a down group waiting for its slots' up tiles), for main-stream launches (they count in the
-// backend's one OpLaunch::counters region). Opt-in for now: $SMELT_CUDA_MOE_FFN=1.
-bool ffn_one_launch(const Ctx& c) {
-  static const bool on = env_is("SMELT_CUDA_MOE_FFN", "1");
-  return on && !c.l.side && (c.l.counters || c.dry);
-}
-
 }  // namespace
 
 int linear_mma_rows(const OpLaunch& l, int K) {
@@ -128,14 +120,6 @@ bool try_experts_mma(Ctx& c, const ExpertsLaunch& a) {
   const int rb = 1;  // the model's numerics (the caller's branch)
   if (wgmma_experts(c.l, a.f)) {
     const WgSplit w = wg_split(a, blocks);
-    if (ffn_one_launch(c)) {  // no shared expert: F2 = 0
-      const int64_t groups = mma_wg_groups(mma_wg_tiles(a.topk, a.F, 1), w.s_up) +
-                             mma_wg_groups(mma_wg_tiles(a.topk, a.D, kMmaDownTpw), w.s_down);
-      c.go("smelt_moe_ffn_fp4_wgmma_with_fp8", unsigned(std::min<int64_t>(groups, blocks)), 1, 1, kMmaWarps * 32,
-           std::max(smem_up, smem_down), a.x, a.D, a.F, a.topk, a.idx, a.n_experts, a.rw, a.ew, int(a.f.blk), a.limit,
-           rb, a.h, a.out, w.s_up, w.s_down, 0, a.ew, 0, 0.f, DevPtr(0), DevPtr(0), 0, 1, 1, c.l.counters);
-      return true;
-    }
     c.go("smelt_moe_up_fp4_wgmma", w.grid_up, 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk, a.idx,
          a.n_experts, a.rw, a.ew, int(a.f.blk), a.limit, rb, a.h, w.s_up);
     c.go("smelt_moe_down_fp4_wgmma", w.grid_down, 1, 1, kMmaWarps * 32, smem_down, a.h, a.D, a.F, a.topk, a.idx,
@@ -167,16 +151,6 @@ bool try_experts_mma_with_shared(Ctx& c, const ExpertsLaunch& a, const ExpertsLa
   const unsigned r_up = w.grid_up, r_down = w.grid_down;
   const SyncSplit sp = sync_split(s, blocks);
   const unsigned g_up = grid(sp.tiles_up, sp.s_up, blocks), g_down = grid(sp.tiles_down, sp.s_down, blocks);
-  if (ffn_one_launch(c)) {
-    const int64_t groups = mma_wg_groups(mma_wg_tiles(a.topk, a.F, 1), s_up) +
-                           mma_wg_groups(mma_wg_tiles(a.topk, a.D, kMmaDownTpw), s_down) +
-                           mma_groups(sp.tiles_up, sp.s_up) + mma_groups(sp.tiles_down, sp.s_down);
-    c.go("smelt_moe_ffn_fp4_wgmma_with_fp8", unsigned(std::min<int64_t>(groups, blocks)), 1, 1, kMmaWarps * 32,
-         std::max(smem_up, smem_down), a.x, a.D, a.F, a.topk, a.idx, a.n_experts, a.rw, a.ew, int(a.f.blk), a.limit, rb,
-         a.h, a.out, s_up, s_down, s.F, s.ew, int(s.f.blk), s.limit, s.h, s.out, int(s.round), sp.s_up, sp.s_down,
-         c.l.counters);
-    return true;
-  }
   // The routed blocks first: they are the long ones, and the shared ones fill the slots they leave.
   c.go("smelt_moe_up_fp4_wgmma_with_fp8", r_up + g_up, 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk, a.idx,
        a.n_experts, a.rw, a.ew, int(a.f.blk), a.limit, rb, a.h, s_up, int(r_up), s.F, s.ew, int(s.f.blk), s.limit,
@@ -213,14 +187,6 @@ bool try_experts_wo_ring(Ctx& c, const ExpertsLaunch& a) {
   const int span = mma_wo_down_span(a.topk, tps_down, kMmaWarps / s_down);
   const unsigned smem_up = mma_smem_bytes(a.D, 2), smem_down = mma_smem_bytes(a.F, 2 * span);
   if (smem_up > mma_smem_max(c.l) || smem_down > mma_smem_max(c.l)) return false;
-  if (ffn_one_launch(c)) {
-    const int64_t groups = mma_groups(tiles_up, s_up) + mma_groups(tiles_down, s_down);
-    const std::string ffn = "smelt_moe_ffn_" + fmt + "_wo_ring";
-    c.go(ffn.c_str(), unsigned(std::min<int64_t>(groups, blocks)), 1, 1, kMmaWarps * 32, std::max(smem_up, smem_down),
-         a.x, a.D, a.F, a.topk, a.idx, a.n_experts, a.ew, int(a.f.blk), a.limit, a.h, a.out, s_up, s_down,
-         c.l.counters);
-    return true;
-  }
   const std::string up = "smelt_moe_up_" + fmt + "_wo_ring", down = "smelt_moe_down_" + fmt + "_wo_ring";
   c.go(up.c_str(), grid(tiles_up, s_up, blocks), 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk, a.idx,
        a.n_experts, DevPtr(0), a.ew, int(a.f.blk), a.limit, 0, a.h, s_up);

@@ -399,31 +399,6 @@ void run_moe_with_shared(int D, int F, int F2, const std::vector<int32_t>& idx, 
                E, routed.ew, 128, 1, 0, o1, s_down, int(r_down), g0, F2, shared.ew, 128, 1, y1, s2_down);
   expect_bits_equal(gpu().get<float>(o1, no), gpu().get<float>(o0, no), what + " routed down");
   expect_bits_equal(gpu().get<float>(y1, size_t(D)), gpu().get<float>(y0, size_t(D)), what + " shared down (bf16)");
-  // All four parts in one launch (smelt_moe_ffn_fp4_wgmma_with_fp8: their groups as tickets, a down group waiting for
-  // its slots' up tiles), and the routed parts alone (F2 = 0): the same bits, each twice (the counters are left zero),
-  // at the routed up's grid (3 blocks for the small shapes: tickets in order, no co-residency needed).
-  const int64_t groups = rc::mma_wg_groups(rc::mma_wg_tiles(topk, F, 1), s_up) +
-                         rc::mma_wg_groups(rc::mma_wg_tiles(topk, D, 2), s_down);
-  const int64_t groups2 = rc::mma_groups((F2 + 15) / 16, s2_up) + rc::mma_groups((D + 31) / 32, s2_down);
-  const unsigned smem = std::max(mma_smem(D, 1), smem_down);
-  DevPtr ctr = gpu().put(std::vector<int32_t>(64, 0));
-  for (bool with_shared : {true, false})
-    for (int run = 0; run < 2; ++run) {
-      DevPtr h2 = gpu().alloc(nh * 4), o2 = gpu().alloc(no * 4), g2 = gpu().alloc(size_t(F2) * 4),
-             y2 = gpu().alloc(size_t(D) * 4);
-      const unsigned grid = unsigned(std::min<int64_t>(r_up, groups + (with_shared ? groups2 : 0)));
-      gpu().launch("moe", "smelt_moe_ffn_fp4_wgmma_with_fp8", grid, 1, 1, 256, smem, dx, D, F, topk, didx, E, rw,
-                   routed.ew, 128, limit, 1, h2, o2, s_up, s_down, with_shared ? F2 : 0, shared.ew, 128, limit2, g2, y2,
-                   1, s2_up, s2_down, ctr);
-      const std::string w = what + (with_shared ? " ffn in one launch" : " routed ffn in one launch");
-      expect_bits_equal(gpu().get<float>(h2, nh), gpu().get<float>(h0, nh), w + ": routed up");
-      expect_bits_equal(gpu().get<float>(o2, no), gpu().get<float>(o0, no), w + ": routed down");
-      if (with_shared) {
-        expect_bits_equal(gpu().get<float>(g2, size_t(F2)), gpu().get<float>(g0, size_t(F2)), w + ": shared up");
-        expect_bits_equal(gpu().get<float>(y2, size_t(D)), gpu().get<float>(y0, size_t(D)), w + ": shared down");
-      }
-      EXPECT_EQ(gpu().get<int32_t>(ctr, 64), std::vector<int32_t>(64, 0)) << w << ": counters left zero";
-    }
 }
 
 TEST(CudaMmaKernels, MoeWgmmaWithSharedExpertSameBits) {

@@ -23,7 +23,6 @@
 
 #include "runtime/cuda/kernel_args.h"
 #include "runtime/cuda/mma_split.h"
-#include "tests/kernels_cuda/bits.h"
 #include "tests/kernels_cuda/harness.h"
 
 namespace {
@@ -32,7 +31,6 @@ using smelt::runtime::cuda::ExpertW;
 using smelt::runtime::cuda::mma_smem_bytes;
 using smelt::runtime::cuda::mma_wo_down_span;
 using smelt::test_cuda::DevPtr;
-using smelt::test_cuda::expect_bits_equal;
 using smelt::test_cuda::gpu;
 using smelt::test_cuda::randn;
 
@@ -261,25 +259,6 @@ void check_experts(bool fp4, int rows, int topk, int E, int D, int F, int blk, c
   gpu().launch("moe", ("smelt_moe_down_" + f).c_str(), unsigned((D + 7) / 8), unsigned(RT), 1, 256, 0, h, D, F, topk,
                didx, E, ew, blk, outc);
   auto ov = gpu().get<float>(out, size_t(RT) * D), ocv = gpu().get<float>(outc, size_t(RT) * D);
-  if (ring.on && rows == 1) {
-    // The same up and down in one launch (smelt_moe_*_ffn_wo_ring: the groups as tickets, a down group waiting for its
-    // slots' up tiles): the same bits, twice (the kernel leaves its counters zero), at the ring's own grid (down to
-    // one block: tickets in order, so it cannot wait on itself).
-    const unsigned groups = unsigned(smelt::runtime::cuda::mma_groups(tiles_up, ring.s_up) +
-                                     smelt::runtime::cuda::mma_groups(tiles_down, ring.s_down));
-    const unsigned grid = ring.grid_up ? std::min(ring.grid_up, groups)
-                                       : std::min(groups, 2u * unsigned(gpu().multiprocessors()));
-    DevPtr ctr = gpu().put(std::vector<int32_t>(64, 0));
-    DevPtr h1 = gpu().alloc(size_t(RT) * F * 4), out1 = gpu().alloc(size_t(RT) * D * 4);
-    for (int run = 0; run < 2; ++run) {
-      gpu().launch("moe", ("smelt_moe_ffn_" + f + "_wo_ring").c_str(), grid, 1, 1, 256,
-                   std::max(mma_smem_bytes(D, 2), mma_smem_bytes(F, 2 * span)), dx, D, F, topk, didx, E, ew, blk, limit,
-                   h1, out1, ring.s_up, ring.s_down, ctr);
-      expect_bits_equal(gpu().get<float>(h1, size_t(RT) * F), hv, "ffn in one launch: up");
-      expect_bits_equal(gpu().get<float>(out1, size_t(RT) * D), ov, "ffn in one launch: down");
-      EXPECT_EQ(gpu().get<int32_t>(ctr, 64), std::vector<int32_t>(64, 0)) << "counters left zero";
-    }
-  }
   Err eg, ed, edc;
   double worst_h = 0;
   for (int t = 0; t < RT; ++t) {

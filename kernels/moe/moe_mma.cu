@@ -268,3 +268,19 @@ smelt_moe_down_fp4_wgmma_with_fp8(const float* h, int D, int F, int topk, const 
     down_mma_body<false, kPathAq>(h2, D, F2, 1, nullptr, 1, w2, blk2, rb, round2, out2, ksplit2,
                                   int(blockIdx.x) - nblk, int(gridDim.x) - nblk);
 }
+
+// The same pairing on the weight-only ring (sm_80+, `--numerics fp32` plans): blocks [0, nblk) run the routed FP4
+// up's smelt_moe_up_fp4_wo_ring body, the rest the shared FP8 expert's smelt_moe_up_fp8_wo_ring body (rw null, rb 0:
+// what those kernels get from their launcher). runtime/cuda/ops.cc try_experts_wo_ring_with_shared launches it.
+extern "C" __global__ void __launch_bounds__(256, SMELT_MMA_MIN_BLOCKS)
+smelt_moe_up_fp4_wo_ring_with_fp8(const float* x, int D, int F, int topk, const i32* idx, int n_experts, ExpertW w,
+                                  int blk, float limit, float* h, int ksplit, int nblk, int F2, ExpertW w2, int blk2,
+                                  float limit2, float* h2, int ksplit2) {
+  SMELT_KERNEL_PROLOGUE_IN_BODY();  // each body: the routed wait first, the shared weights before it
+  if (int(blockIdx.x) < nblk)
+    up_mma_body<true, kPathWo>(x, D, F, topk, idx, n_experts, nullptr, w, blk, limit, 0, h, ksplit, int(blockIdx.x),
+                               nblk);
+  else
+    up_mma_body<false, kPathWo>(x, D, F2, 1, nullptr, 1, nullptr, w2, blk2, limit2, 0, h2, ksplit2,
+                                int(blockIdx.x) - nblk, int(gridDim.x) - nblk);
+}

@@ -714,8 +714,9 @@ void CudaBackend::check_seams() {
 }
 
 // Pairs of ops whose kernels one launch may run (OpLaunch::fuse_shared): a main-stream moe_experts op and the
-// swiglu_mlp right after it on the same input (the V4.1 shared expert), on sm_90 (the fused kernels are wgmma ones),
-// when the swiglu_mlp's output overlaps nothing the moe_experts op reads or writes: the arena is planned in program
+// swiglu_mlp right after it on the same input (the V4.1 shared expert; the runtime pairs their kernels where it has
+// a pair: the wgmma ups on sm_90 with the model's numerics, the weight-only ring ups on sm_80+ under fp32 numerics,
+// ops.cc try_experts_with_shared), when the swiglu_mlp's output overlaps nothing the moe_experts op reads or writes: the arena is planned in program
 // order, so that output may share bytes with the routing's results, which are dead by the swiglu_mlp but still read
 // by the combine. The moe_experts op's access then writes that output too, so that the side stream's schedule and
 // joins see the write where it happens. On by default since session 26, the ups fused and the downs as two launches
@@ -724,7 +725,7 @@ void CudaBackend::check_seams() {
 // first fused layer took 25-40 us more); since session 24 that projection runs on the side stream a layer earlier
 // (docs/performance.md "Session 26").
 void CudaBackend::plan_fusions() {
-  if (env_off("SMELT_CUDA_FUSE_SHARED") || arch_num(arch_) != 90) return;
+  if (env_off("SMELT_CUDA_FUSE_SHARED")) return;
   for (size_t k = 0; k + 1 < ops_.size(); ++k) {
     OpLaunch& a = ops_[k];
     OpLaunch& b = ops_[k + 1];

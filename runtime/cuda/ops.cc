@@ -311,7 +311,9 @@ ExpertW expert_weights(Ctx& c, int n_experts, bool scaled) {
 bool try_experts_with_shared(Ctx& c, const detail::ExpertsLaunch& el) {
   const OpLaunch& l2 = *c.l.fuse_shared;
   const OpRef& op2 = *l2.op;
-  if (!op2.scaled || !detail::model_rounding(op2)) return false;
+  // Both with the model's numerics (act quant: the wgmma pair), or both weight-only (the ring pair).
+  const int model = detail::model_rounding(c.op());
+  if (!op2.scaled || (detail::model_rounding(op2) != 0) != (model != 0)) return false;
   Ctx c2{l2, false};  // the shared op's weights and formats (it launches nothing)
   const DeviceWeight* w1 = weight(l2, 0);
   if (!w1 || w1->shape.size() != 2) return false;
@@ -322,7 +324,7 @@ bool try_experts_with_shared(Ctx& c, const detail::ExpertsLaunch& el) {
   if (c.used > c.l.scratch_bytes) return false;
   const detail::ExpertsLaunch s{l2.in[0], 0, 0, h, l2.out[0], ew, int(l2.in_w[0]), F, 1, 1, f,
                                 float(op2.f("swiglu_limit")), false, is_round(op2)};
-  return detail::try_experts_mma_with_shared(c, el, s);
+  return model ? detail::try_experts_mma_with_shared(c, el, s) : detail::try_experts_wo_ring_with_shared(c, el, s);
 }
 
 // moe_experts (topk slots per row) and swiglu_mlp (one expert, no routing).
@@ -451,6 +453,14 @@ void run_experts(Ctx& c, bool routed) {
     return;
   }
   if (D % 8 || F % 8) c.fail("the cuda expert kernels need dim and inter multiples of 8");
+  if (scaled && routed && l.fuse_shared && !c.dry) {  // weight-only: the ring pair (sm_80+)
+    l.fuse_shared->shared_done = false;
+    if (rows == 1 && detail::mma_kernels(l, 80) && try_experts_with_shared(c, el)) {
+      combine(1);
+      l.fuse_shared->shared_done = true;
+      return;
+    }
+  }
   if (!(scaled && detail::mma_kernels(l, 80) &&
         (detail::try_experts_wo_ring(c, el) || detail::try_experts_wo_mma(c, el)))) {  // else tensor cores
     // One row: 1, 2 or 4 columns a warp with weight loads in flight, the same bits (kernels/moe/moe.cu *_r1);

@@ -195,6 +195,32 @@ bool try_experts_wo_ring(Ctx& c, const ExpertsLaunch& a) {
   return true;
 }
 
+// The routed FP4 experts and the shared FP8 expert on the weight-only ring (sm_80+): one up launch (moe_mma.cu
+// smelt_moe_up_fp4_wo_ring_with_fp8, each part at its own kernel's grid and split), the downs as their own ring kernels
+// (as try_experts_mma_with_shared's default). The shared op's round is its down's.
+bool try_experts_wo_ring_with_shared(Ctx& c, const ExpertsLaunch& a, const ExpertsLaunch& s) {
+  static const bool on = !env_off("SMELT_CUDA_WO_RING");
+  if (!on || c.l.rows != 1 || std::string(a.f.fmt) != "fp4" || std::string(s.f.fmt) != "fp8" || a.topk < 1 ||
+      a.topk > 8 || s.topk != 1 || s.D != a.D || a.D % 32 || a.F % 32 || s.F % 32)
+    return false;
+  const unsigned blocks = blocks_or(gemv_blocks(c.l));
+  const SyncSplit r = sync_split(a, blocks), sh = sync_split(s, blocks);
+  const int span = mma_wo_down_span(a.topk, r.tps_down, kMmaWarps / r.s_down);
+  const int span2 = mma_wo_down_span(1, sh.tps_down, kMmaWarps / sh.s_down);
+  const unsigned smem_up = mma_smem_bytes(a.D, 2), smem_down = mma_smem_bytes(a.F, 2 * span),
+                 smem_down2 = mma_smem_bytes(s.F, 2 * span2);
+  if (std::max({smem_up, smem_down, smem_down2}) > mma_smem_max(c.l)) return false;
+  const unsigned r_up = grid(r.tiles_up, r.s_up, blocks), g_up = grid(sh.tiles_up, sh.s_up, blocks);
+  // The routed blocks first: they are the long ones, and the shared ones fill the slots they leave.
+  c.go("smelt_moe_up_fp4_wo_ring_with_fp8", r_up + g_up, 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk, a.idx,
+       a.n_experts, a.ew, int(a.f.blk), a.limit, a.h, r.s_up, int(r_up), s.F, s.ew, int(s.f.blk), s.limit, s.h, sh.s_up);
+  c.go("smelt_moe_down_fp4_wo_ring", grid(r.tiles_down, r.s_down, blocks), 1, 1, kMmaWarps * 32, smem_down, a.h, a.D,
+       a.F, a.topk, a.idx, a.n_experts, a.ew, int(a.f.blk), 0, 0, a.out, r.s_down);
+  c.go("smelt_moe_down_fp8_wo_ring", grid(sh.tiles_down, sh.s_down, blocks), 1, 1, kMmaWarps * 32, smem_down2, s.h, s.D,
+       s.F, 1, DevPtr(0), 1, s.ew, int(s.f.blk), 0, int(s.round), s.out, sh.s_down);
+  return true;
+}
+
 // The weight-only FP8 / FP4 linear and grouped linear of one row (linear_mma.cu smelt_linear_*_wo_ring, sm_80+) on
 // the same ring, only with $SMELT_CUDA_LINEAR_RING=1: on the H200 it measured slower than the CUDA-core r1 kernels
 // (V4.1 slice, session 19: sm_80-path plan 1.208 -> 1.305-1.313 ms a step, its 18 FP8 linears 0.31 -> 0.42 ms eager;

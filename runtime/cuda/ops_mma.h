@@ -25,6 +25,8 @@ bool try_experts_mma_with_shared(Ctx& c, const ExpertsLaunch& a, const ExpertsLa
 // numerics, sm_80+) on the same ring, in fp32 accuracy as the wo_mma kernels (ops_wo_mma.h), which take the other row
 // counts and formats.
 bool try_experts_wo_ring(Ctx& c, const ExpertsLaunch& a);
+// The same with the shared FP8 expert s (one slot, the same x) in the routed FP4 experts' up launch (sm_80+).
+bool try_experts_wo_ring_with_shared(Ctx& c, const ExpertsLaunch& a, const ExpertsLaunch& s);
 // The weight-only FP8 / FP4 linear (G = 1) or grouped linear of one row (sm_80+) on the same ring, in fp32 accuracy
 // as the wo_mma kernels; other row counts, and every call without $SMELT_CUDA_LINEAR_RING=1, return false.
 bool try_linear_wo_ring(Ctx& c, DevPtr x, DevPtr y, const LinearW& f, DevPtr w, DevPtr s, int rows, int K, int N,

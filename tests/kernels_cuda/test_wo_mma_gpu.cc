@@ -23,6 +23,7 @@
 
 #include "runtime/cuda/kernel_args.h"
 #include "runtime/cuda/mma_split.h"
+#include "tests/kernels_cuda/bits.h"
 #include "tests/kernels_cuda/harness.h"
 
 namespace {
@@ -31,6 +32,7 @@ using smelt::runtime::cuda::ExpertW;
 using smelt::runtime::cuda::mma_smem_bytes;
 using smelt::runtime::cuda::mma_wo_down_span;
 using smelt::test_cuda::DevPtr;
+using smelt::test_cuda::expect_bits_equal;
 using smelt::test_cuda::gpu;
 using smelt::test_cuda::randn;
 
@@ -197,18 +199,9 @@ struct Ring {
   int s_up = 1, s_down = 1;
 };
 
-// Experts: E experts, slots idx [rows * topk] (-1 = none); up h = swiglu(x w1, x w3), down out = h w2.
-void check_experts(bool fp4, int rows, int topk, int E, int D, int F, int blk, const std::vector<int>& idx, int ks_up,
-                   int ks_down, uint32_t seed, Ring ring = {}) {
-  SCOPED_TRACE(std::string(fp4 ? "fp4" : "fp8") + " experts D " + std::to_string(D) + " F " + std::to_string(F) +
-               (ring.on ? " ring S " + std::to_string(ring.s_up) + "/" + std::to_string(ring.s_down) : ""));
-  const float limit = 7.f;
-  std::vector<QW> w1, w2, w3;
-  for (int e = 0; e < E; ++e) {
-    w1.push_back(make_qw(fp4, F, D, blk, seed + 10 * e + 1));
-    w3.push_back(make_qw(fp4, F, D, blk, seed + 10 * e + 2));
-    w2.push_back(make_qw(fp4, D, F, blk, seed + 10 * e + 3));
-  }
+// E experts' w1 / w2 / w3 (row-major, as the weight-only kernels read them) and their ExpertW, each matrix's experts
+// 256-byte aligned one after another.
+ExpertW put_experts(std::vector<QW>& w1, std::vector<QW>& w2, std::vector<QW>& w3) {
   auto cat = [&](std::vector<QW>& v, bool scales, int64_t& stride) {
     std::vector<uint8_t> all;
     for (auto& q : v) {
@@ -225,6 +218,22 @@ void check_experts(bool fp4, int rows, int topk, int E, int D, int F, int blk, c
   ew.base[2] = cat(w2, false, ew.stride[2]), ew.base[3] = cat(w2, true, ew.stride[3]);
   ew.base[4] = cat(w3, false, ew.stride[4]), ew.base[5] = cat(w3, true, ew.stride[5]);
   ew.table = 0;
+  return ew;
+}
+
+// Experts: E experts, slots idx [rows * topk] (-1 = none); up h = swiglu(x w1, x w3), down out = h w2.
+void check_experts(bool fp4, int rows, int topk, int E, int D, int F, int blk, const std::vector<int>& idx, int ks_up,
+                   int ks_down, uint32_t seed, Ring ring = {}) {
+  SCOPED_TRACE(std::string(fp4 ? "fp4" : "fp8") + " experts D " + std::to_string(D) + " F " + std::to_string(F) +
+               (ring.on ? " ring S " + std::to_string(ring.s_up) + "/" + std::to_string(ring.s_down) : ""));
+  const float limit = 7.f;
+  std::vector<QW> w1, w2, w3;
+  for (int e = 0; e < E; ++e) {
+    w1.push_back(make_qw(fp4, F, D, blk, seed + 10 * e + 1));
+    w3.push_back(make_qw(fp4, F, D, blk, seed + 10 * e + 2));
+    w2.push_back(make_qw(fp4, D, F, blk, seed + 10 * e + 3));
+  }
+  const ExpertW ew = put_experts(w1, w2, w3);
   for (int e = 0; e < E; ++e) dequant(w1[e]), dequant(w2[e]), dequant(w3[e]);
   auto x = randn(size_t(rows) * D, seed, 1.f);
   const int RT = rows * topk;
@@ -337,6 +346,56 @@ TEST(WoMma, ExpertsRing) {
   check_experts(true, 1, 6, 6, 5120, 2304, 32, {5, 3, 1, 0, 2, 4}, 1, 1, 141, Ring{true, 0, 0, 2, 1});
   check_experts(false, 1, 6, 6, 5120, 2304, 128, {5, 3, 1, 0, 2, 4}, 1, 1, 142, Ring{true, 0, 0, 2, 2});
   check_experts(false, 1, 1, 1, 5120, 2304, 128, {0}, 1, 1, 143, Ring{true, 0, 0, 8, 8});
+}
+
+// The routed FP4 experts' up and the shared FP8 expert's up in one launch (smelt_moe_up_fp4_wo_ring_with_fp8, what
+// runtime/cuda/ops_mma.cc try_experts_wo_ring_with_shared launches): both outputs the same bits as the two ring
+// kernels' own launches, at the V4.1-Flash shapes (the launcher's grids and splits) and at small ones with tiles past F
+// and persistent grids smaller than the groups (r / g blocks for the routed / shared parts).
+void check_ring_with_shared(int D, int F, int F2, const std::vector<int>& idx, int E, unsigned r_up, unsigned g_up,
+                            int s_up, int s2_up, uint32_t seed) {
+  SCOPED_TRACE("routed fp4 D " + std::to_string(D) + " F " + std::to_string(F) + " + shared fp8 F " +
+               std::to_string(F2));
+  const int topk = int(idx.size());
+  const float limit = 7.f, limit2 = 5.f;
+  std::vector<QW> w1, w2, w3, v1, v2, v3;
+  for (int e = 0; e < E; ++e) {
+    w1.push_back(make_qw(true, F, D, 32, seed + 10 * e + 1));
+    w3.push_back(make_qw(true, F, D, 32, seed + 10 * e + 2));
+    w2.push_back(make_qw(true, D, F, 32, seed + 10 * e + 3));
+  }
+  v1.push_back(make_qw(false, F2, D, 128, seed + 7001));
+  v3.push_back(make_qw(false, F2, D, 128, seed + 7002));
+  v2.push_back(make_qw(false, D, F2, 128, seed + 7003));
+  const ExpertW ew = put_experts(w1, w2, w3), ew2 = put_experts(v1, v2, v3);
+  DevPtr dx = gpu().put(randn(size_t(D), seed, 1.f)), didx = gpu().put(idx);
+  const size_t nh = size_t(topk) * F;
+  DevPtr h0 = gpu().alloc(nh * 4), h1 = gpu().alloc(nh * 4), g0 = gpu().alloc(size_t(F2) * 4),
+         g1 = gpu().alloc(size_t(F2) * 4);
+  const unsigned smem = mma_smem_bytes(D, 2);
+  gpu().launch("moe", "smelt_moe_up_fp4_wo_ring", r_up, 1, 1, 256, smem, dx, D, F, topk, didx, E, DevPtr(0), ew, 32,
+               limit, 0, h0, s_up);
+  gpu().launch("moe", "smelt_moe_up_fp8_wo_ring", g_up, 1, 1, 256, smem, dx, D, F2, 1, DevPtr(0), 1, DevPtr(0), ew2,
+               128, limit2, 0, g0, s2_up);
+  gpu().launch("moe", "smelt_moe_up_fp4_wo_ring_with_fp8", r_up + g_up, 1, 1, 256, smem, dx, D, F, topk, didx, E, ew,
+               32, limit, h1, s_up, int(r_up), F2, ew2, 128, limit2, g1, s2_up);
+  expect_bits_equal(gpu().get<float>(h1, nh), gpu().get<float>(h0, nh), "routed up");
+  expect_bits_equal(gpu().get<float>(g1, size_t(F2)), gpu().get<float>(g0, size_t(F2)), "shared up");
+}
+
+TEST(WoMma, RingUpWithSharedExpertSameBits) {
+  NEED_GPU();
+  using smelt::runtime::cuda::mma_groups;
+  using smelt::runtime::cuda::mma_ksplit;
+  const unsigned blocks = 2u * unsigned(gpu().multiprocessors());
+  // ops_mma.cc sync_split / grid: 16-row up tiles, the one-round K split, groups of 8 / S tiles capped at the blocks.
+  const int64_t tu = 6 * (2304 / 16), ts = 2304 / 16;
+  const int s_up = mma_ksplit(tu, 5120 / 32, blocks), s2_up = mma_ksplit(ts, 5120 / 32, blocks);
+  const unsigned r_up = unsigned(std::min<int64_t>(mma_groups(tu, s_up), blocks));
+  const unsigned g_up = unsigned(std::min<int64_t>(mma_groups(ts, s2_up), blocks));
+  check_ring_with_shared(5120, 2304, 2304, {5, 0, 3, 1, 4, 2}, 6, r_up, g_up, s_up, s2_up, 800);
+  // Small: 224 and 96 rows are not whole groups of tiles, an invalid slot, 3 / 2 persistent blocks, K splits 2 / 4.
+  check_ring_with_shared(320, 224, 96, {2, 0, -1, 1}, 3, 3, 2, 2, 4, 900);
 }
 
 // The one-row linear and grouped linear on the ring (kernels/linear/linear_mma.cu smelt_linear_*_wo_ring): y [G N] for

@@ -714,16 +714,16 @@ void CudaBackend::check_seams() {
 }
 
 // Pairs of ops whose kernels one launch may run (OpLaunch::fuse_shared): a main-stream moe_experts op and the
-// swiglu_mlp right after it on the same input (the V4.1 shared expert; the runtime pairs their kernels where it has
-// a pair: the wgmma ups on sm_90 with the model's numerics, the weight-only ring ups on sm_80+ under fp32 numerics,
-// ops.cc try_experts_with_shared), when the swiglu_mlp's output overlaps nothing the moe_experts op reads or writes: the arena is planned in program
-// order, so that output may share bytes with the routing's results, which are dead by the swiglu_mlp but still read
-// by the combine. The moe_experts op's access then writes that output too, so that the side stream's schedule and
-// joins see the write where it happens. On by default since session 26, the ups fused and the downs as two launches
-// ($SMELT_CUDA_FUSE_SHARED unset or =up; =1 fuses the downs too, =0 off): H200, V4.1 slice, sm_90 path 1.123-1.128
-// -> 1.100-1.103 ms a step (=1: 1.116-1.122). Session 22 had measured it slower (the Engram projection after the
-// first fused layer took 25-40 us more); since session 24 that projection runs on the side stream a layer earlier
-// (docs/performance.md "Session 26").
+// swiglu_mlp right after it on the same input (the V4.1 shared expert; ops.cc try_experts_with_shared pairs their
+// kernels where it has a pair: the wgmma ups on sm_90 with the model's numerics, the weight-only ring ups on sm_80+
+// under fp32 numerics), when the swiglu_mlp's output overlaps nothing the moe_experts op reads or writes: the arena
+// is planned in program order, so that output may share bytes with the routing's results, which are dead by the
+// swiglu_mlp but still read by the combine. The moe_experts op's access then writes that output too, so that the
+// side stream's schedule and joins see the write where it happens. On by default since session 26, the ups paired
+// and the downs as two launches ($SMELT_CUDA_FUSE_SHARED unset or =up; =1 pairs the downs too, =0 off): H200, V4.1
+// slice, sm_90 path 1.123-1.128 -> 1.094-1.103 ms a step (=1: 1.116-1.122). Session 22 had measured it slower (the
+// Engram projection after the first paired layer took 25-40 us more); since session 24 that projection runs on the
+// side stream a layer earlier (docs/performance.md "Session 26").
 void CudaBackend::plan_fusions() {
   if (env_off("SMELT_CUDA_FUSE_SHARED")) return;
   for (size_t k = 0; k + 1 < ops_.size(); ++k) {

@@ -320,11 +320,16 @@ bool try_experts_with_shared(Ctx& c, const detail::ExpertsLaunch& el) {
   const detail::LinearW f = detail::linear_format(c2, w1, weight(l2, 1), "w1");
   const ExpertW ew = expert_weights(c2, 1, true);  // one expert: base pointers, no table
   const int F = int(w1->shape[0]);
+  // Its h is carved here, past what the prepare run (no pairs) sized: given back when no pair runs, so that the
+  // op's own kernels carve what they were sized for.
+  const uint64_t used = c.used;
   const DevPtr h = c.scratch(uint64_t(F) * 4);
-  if (c.used > c.l.scratch_bytes) return false;
   const detail::ExpertsLaunch s{l2.in[0], 0, 0, h, l2.out[0], ew, int(l2.in_w[0]), F, 1, 1, f,
                                 float(op2.f("swiglu_limit")), false, is_round(op2)};
-  return model ? detail::try_experts_mma_with_shared(c, el, s) : detail::try_experts_wo_ring_with_shared(c, el, s);
+  const bool ok = c.used <= c.l.scratch_bytes && (model ? detail::try_experts_mma_with_shared(c, el, s)
+                                                        : detail::try_experts_wo_ring_with_shared(c, el, s));
+  if (!ok) c.used = used;
+  return ok;
 }
 
 // moe_experts (topk slots per row) and swiglu_mlp (one expert, no routing).

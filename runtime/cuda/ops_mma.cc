@@ -213,7 +213,8 @@ bool try_experts_wo_ring_with_shared(Ctx& c, const ExpertsLaunch& a, const Exper
   const unsigned r_up = grid(r.tiles_up, r.s_up, blocks), g_up = grid(sh.tiles_up, sh.s_up, blocks);
   // The routed blocks first: they are the long ones, and the shared ones fill the slots they leave.
   c.go("smelt_moe_up_fp4_wo_ring_with_fp8", r_up + g_up, 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk, a.idx,
-       a.n_experts, a.ew, int(a.f.blk), a.limit, a.h, r.s_up, int(r_up), s.F, s.ew, int(s.f.blk), s.limit, s.h, sh.s_up);
+       a.n_experts, a.ew, int(a.f.blk), a.limit, a.h, r.s_up, int(r_up), s.F, s.ew, int(s.f.blk), s.limit, s.h,
+       sh.s_up);
   c.go("smelt_moe_down_fp4_wo_ring", grid(r.tiles_down, r.s_down, blocks), 1, 1, kMmaWarps * 32, smem_down, a.h, a.D,
        a.F, a.topk, a.idx, a.n_experts, a.ew, int(a.f.blk), 0, 0, a.out, r.s_down);
   c.go("smelt_moe_down_fp8_wo_ring", grid(sh.tiles_down, sh.s_down, blocks), 1, 1, kMmaWarps * 32, smem_down2, s.h, s.D,

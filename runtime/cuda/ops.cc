@@ -313,7 +313,7 @@ bool try_experts_with_shared(Ctx& c, const detail::ExpertsLaunch& el) {
   const OpRef& op2 = *l2.op;
   // Both with the model's numerics (act quant: the wgmma pair), or both weight-only (the ring pair).
   const int model = detail::model_rounding(c.op());
-  if (!op2.scaled || (detail::model_rounding(op2) != 0) != (model != 0)) return false;
+  if (!op2.scaled || detail::model_rounding(op2) != model) return false;
   Ctx c2{l2, false};  // the shared op's weights and formats (it launches nothing)
   const DeviceWeight* w1 = weight(l2, 0);
   if (!w1 || w1->shape.size() != 2) return false;
@@ -388,20 +388,23 @@ void run_experts(Ctx& c, bool routed) {
            l.out[0]);
   };
   const detail::ExpertsLaunch el{l.in[0], idx, rw, h, out, ew, D, F, topk, n_experts, f, limit, routed, is_round(op)};
+  // The routed experts with the shared expert after them in their kernels (l.fuse_shared, one row, kernels of sm_`arch`
+  // and up): true when they ran, the shared op then launching nothing.
+  auto paired = [&](int arch, int weighted) {
+    if (!routed || !l.fuse_shared || c.dry) return false;
+    l.fuse_shared->shared_done = false;
+    if (rows != 1 || !detail::mma_kernels(l, arch) || !try_experts_with_shared(c, el)) return false;
+    combine(weighted);
+    l.fuse_shared->shared_done = true;
+    return true;
+  };
   // V4.1 with the model's numerics: act quant, exact GEMMs, bf16 roundings. Under numerics = "fp32" the
   // reference runs plain fp32 on the dequantized weights (no act quant): the weight-only kernels below.
   if (scaled)  // the act-quant kernels below read every expert's w1, w2, w3 in tile order (sm_89+), the others row-major
     for (int e = 0; e < n_experts; ++e)
       for (int j : {0, 2, 4}) c.reads(weight(l, size_t(e) * 6 + j), detail::model_rounding(op) != 0);
   if (scaled && detail::model_rounding(op)) {
-    if (routed && l.fuse_shared && !c.dry) {
-      l.fuse_shared->shared_done = false;
-      if (rows == 1 && detail::mma_kernels(l, 89) && try_experts_with_shared(c, el)) {
-        combine(0);
-        l.fuse_shared->shared_done = true;
-        return;
-      }
-    }
+    if (paired(89, 0)) return;
     if (rows == 1 && detail::mma_kernels(l, 89) && detail::try_experts_mma(c, el)) {  // tensor-core block sums
       combine(0);
       c.round_done = !routed;  // swiglu_mlp: the down kernel rounded l.out[0] when the op asks
@@ -458,14 +461,7 @@ void run_experts(Ctx& c, bool routed) {
     return;
   }
   if (D % 8 || F % 8) c.fail("the cuda expert kernels need dim and inter multiples of 8");
-  if (scaled && routed && l.fuse_shared && !c.dry) {  // weight-only: the ring pair (sm_80+)
-    l.fuse_shared->shared_done = false;
-    if (rows == 1 && detail::mma_kernels(l, 80) && try_experts_with_shared(c, el)) {
-      combine(1);
-      l.fuse_shared->shared_done = true;
-      return;
-    }
-  }
+  if (scaled && paired(80, 1)) return;  // weight-only: the ring pair (sm_80+)
   if (!(scaled && detail::mma_kernels(l, 80) &&
         (detail::try_experts_wo_ring(c, el) || detail::try_experts_wo_mma(c, el)))) {  // else tensor cores
     // One row: 1, 2 or 4 columns a warp with weight loads in flight, the same bits (kernels/moe/moe.cu *_r1);

@@ -169,6 +169,17 @@ bool try_experts_mma_with_shared(Ctx& c, const ExpertsLaunch& a, const ExpertsLa
   return true;
 }
 
+// The weight-only ring down of launch a at its split (moe_mma.cu smelt_moe_down_*_wo_ring): its shared memory stages
+// two rows for each slot a group's tiles span; round: its output rounded to bf16 (rb is 0 on this path).
+unsigned wo_ring_down_smem(const ExpertsLaunch& a, const SyncSplit& sp) {
+  return mma_smem_bytes(a.F, 2 * mma_wo_down_span(a.topk, sp.tps_down, kMmaWarps / sp.s_down));
+}
+void wo_ring_down(Ctx& c, const ExpertsLaunch& a, const SyncSplit& sp, unsigned blocks, int round) {
+  const std::string down = std::string("smelt_moe_down_") + a.f.fmt + "_wo_ring";
+  c.go(down.c_str(), grid(sp.tiles_down, sp.s_down, blocks), 1, 1, kMmaWarps * 32, wo_ring_down_smem(a, sp), a.h, a.D,
+       a.F, a.topk, a.idx, a.n_experts, a.ew, int(a.f.blk), 0, round, a.out, sp.s_down);
+}
+
 // The weight-only FP8 / FP4 expert FFN of one row (moe_mma.cu smelt_moe_*_wo_ring, sm_80+): the act-quant kernels'
 // ring with the activations as f16 hi / lo halves; the down stages the slots its group's tiles span (the kernel's
 // count).
@@ -183,15 +194,13 @@ bool try_experts_wo_ring(Ctx& c, const ExpertsLaunch& a) {
       a.F % 32)
     return false;
   const unsigned blocks = blocks_or(gemv_blocks(c.l));
-  const auto [tiles_up, tiles_down, tps_down, s_up, s_down] = sync_split(a, blocks);
-  const int span = mma_wo_down_span(a.topk, tps_down, kMmaWarps / s_down);
-  const unsigned smem_up = mma_smem_bytes(a.D, 2), smem_down = mma_smem_bytes(a.F, 2 * span);
-  if (smem_up > mma_smem_max(c.l) || smem_down > mma_smem_max(c.l)) return false;
-  const std::string up = "smelt_moe_up_" + fmt + "_wo_ring", down = "smelt_moe_down_" + fmt + "_wo_ring";
-  c.go(up.c_str(), grid(tiles_up, s_up, blocks), 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk, a.idx,
-       a.n_experts, DevPtr(0), a.ew, int(a.f.blk), a.limit, 0, a.h, s_up);
-  c.go(down.c_str(), grid(tiles_down, s_down, blocks), 1, 1, kMmaWarps * 32, smem_down, a.h, a.D, a.F, a.topk, a.idx,
-       a.n_experts, a.ew, int(a.f.blk), 0, 0, a.out, s_down);
+  const SyncSplit sp = sync_split(a, blocks);
+  const unsigned smem_up = mma_smem_bytes(a.D, 2);
+  if (smem_up > mma_smem_max(c.l) || wo_ring_down_smem(a, sp) > mma_smem_max(c.l)) return false;
+  const std::string up = "smelt_moe_up_" + fmt + "_wo_ring";
+  c.go(up.c_str(), grid(sp.tiles_up, sp.s_up, blocks), 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk, a.idx,
+       a.n_experts, DevPtr(0), a.ew, int(a.f.blk), a.limit, 0, a.h, sp.s_up);
+  wo_ring_down(c, a, sp, blocks, 0);
   return true;
 }
 
@@ -205,20 +214,15 @@ bool try_experts_wo_ring_with_shared(Ctx& c, const ExpertsLaunch& a, const Exper
     return false;
   const unsigned blocks = blocks_or(gemv_blocks(c.l));
   const SyncSplit r = sync_split(a, blocks), sh = sync_split(s, blocks);
-  const int span = mma_wo_down_span(a.topk, r.tps_down, kMmaWarps / r.s_down);
-  const int span2 = mma_wo_down_span(1, sh.tps_down, kMmaWarps / sh.s_down);
-  const unsigned smem_up = mma_smem_bytes(a.D, 2), smem_down = mma_smem_bytes(a.F, 2 * span),
-                 smem_down2 = mma_smem_bytes(s.F, 2 * span2);
-  if (std::max({smem_up, smem_down, smem_down2}) > mma_smem_max(c.l)) return false;
+  const unsigned smem_up = mma_smem_bytes(a.D, 2);
+  if (std::max({smem_up, wo_ring_down_smem(a, r), wo_ring_down_smem(s, sh)}) > mma_smem_max(c.l)) return false;
   const unsigned r_up = grid(r.tiles_up, r.s_up, blocks), g_up = grid(sh.tiles_up, sh.s_up, blocks);
   // The routed blocks first: they are the long ones, and the shared ones fill the slots they leave.
   c.go("smelt_moe_up_fp4_wo_ring_with_fp8", r_up + g_up, 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk, a.idx,
        a.n_experts, a.ew, int(a.f.blk), a.limit, a.h, r.s_up, int(r_up), s.F, s.ew, int(s.f.blk), s.limit, s.h,
        sh.s_up);
-  c.go("smelt_moe_down_fp4_wo_ring", grid(r.tiles_down, r.s_down, blocks), 1, 1, kMmaWarps * 32, smem_down, a.h, a.D,
-       a.F, a.topk, a.idx, a.n_experts, a.ew, int(a.f.blk), 0, 0, a.out, r.s_down);
-  c.go("smelt_moe_down_fp8_wo_ring", grid(sh.tiles_down, sh.s_down, blocks), 1, 1, kMmaWarps * 32, smem_down2, s.h, s.D,
-       s.F, 1, DevPtr(0), 1, s.ew, int(s.f.blk), 0, int(s.round), s.out, sh.s_down);
+  wo_ring_down(c, a, r, blocks, 0);
+  wo_ring_down(c, s, sh, blocks, int(s.round));
   return true;
 }
 

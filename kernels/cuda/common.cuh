@@ -58,6 +58,13 @@ __device__ __forceinline__ void grid_dep_launch() {
 // An int written by a kernel that has completed but that this grid has not waited for (see
 // SMELT_KERNEL_PROLOGUE_IN_BODY), read from L2: this multiprocessor's L1 may hold the line from an earlier launch.
 __device__ __forceinline__ i32 ld_l2(const i32* p) { return __ldcg(p); }
+// A load that later loads do not pass and that sees what was released before it at GPU scope (the routed experts'
+// slot counters, kernels/moe/moe_mma.cu: an acquire at GPU scope also keeps this SM's L1 from serving older lines).
+__device__ __forceinline__ u32 ld_acquire_gpu(const u32* p) {
+  u32 v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
 
 __device__ __forceinline__ float bf16_to_f32(u16 h) { return __uint_as_float(u32(h) << 16); }
 

@@ -13,6 +13,8 @@ struct ExpertW {
   u64 base[6];
   i64 stride[6];
   const u64* table;  // [n_experts * 6] or nullptr
+  // The routed tensor-core experts' slot counters (kernels/moe/moe_mma.cu slot_count_group), or nullptr.
+  u32* slot_done;
 };
 
 namespace {

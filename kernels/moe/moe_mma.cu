@@ -42,6 +42,39 @@ __device__ __forceinline__ void stage_rows(const float* x, int rows, int K, u8* 
   else mma_stage_quant<kStageF16>(x, rows, K, xq, stride, xsc);
 }
 
+// Slot counters (ExpertW::slot_done: topk + 1 words of the op's zeroed memory). The routed up counts each finished
+// tile in its slot's word, released at GPU scope after the block's h stores; the down, launched early by dependent
+// launch, starts a slot's tiles once that slot's count is whole instead of at its grid-wide wait, which returns only
+// when the up's last block (the shared expert's blocks of the paired launch, the last wave's tiles) has ended. Word
+// topk counts the down's blocks out; the last one zeroes every word again for the next launch.
+__device__ __forceinline__ void slot_count_group(u32* cnt, int grp, int tpg, int tiles, int tps) {
+  __syncthreads();  // every warp's h stores of the group are done
+  if (threadIdx.x == 0) {
+    __threadfence();
+    for (int u = 0; u < tpg; ++u) {
+      const int tile = grp * tpg + u;
+      if (tile < tiles) atomicAdd(cnt + tile / tps, 1u);
+    }
+  }
+}
+// Until slots lo .. hi each counted `need` tiles (the up's tiles a slot); all threads, synchronises.
+__device__ __forceinline__ void slot_wait(const u32* cnt, int lo, int hi, u32 need) {
+  if (threadIdx.x == 0) {
+    for (int t = lo; t <= hi; ++t)
+      while (ld_acquire_gpu(cnt + t) < need) __nanosleep(128);
+    __threadfence();
+  }
+  __syncthreads();
+}
+// The down block's end: it still ends after the up grid (the ops after the down wait for the down grid only, and the
+// shared expert's down reads what the paired up wrote), and the last block out zeroes the counters.
+__device__ __forceinline__ void slot_exit(u32* cnt, int topk, int nblk) {
+  if (threadIdx.x != 0) return;
+  grid_dep_wait();
+  if (atomicAdd(cnt + topk, 1u) == u32(nblk) - 1)
+    for (int t = 0; t <= topk; ++t) cnt[t] = 0u;
+}
+
 // The bodies' arch guard: act quant on sm_89+ (E4M3 conversions), wgmma on sm_90a, weight-only on sm_80+.
 #if defined(__CUDA_ARCH__)
 template <int P>
@@ -81,6 +114,7 @@ __device__ void up_mma_body(const float* x, int D, int F, int topk, const i32* i
   // before the dependent-launch wait, as the linear GEMVs.
   if (idx) grid_dep_wait();
   grid_dep_launch();
+  u32* const cnt = idx ? w.slot_done : nullptr;  // the routed slots' counters (slot_count_group)
   for (int grp = bid; grp < groups; grp += nblk) {
     const int tile = grp * tpg + unit / S;
     const int t = tile / tps, ft = (tile - t * tps) * TR, f0 = ft + 16 * q;
@@ -108,14 +142,17 @@ __device__ void up_mma_body(const float* x, int D, int F, int topk, const i32* i
       else ms.template run_checked<1>(b0, b1, xrow, xsc, acc);
     }
     if (S > 1) mma_combine<4>(part, &acc[0][0], S, WR);
-    if (seg != 0 || tile >= tiles || tig != 0) continue;
+    if (seg == 0 && tile < tiles && tig == 0) {
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int f = f0 + g + 8 * i;
-      if (f >= F) continue;
-      const i64 o = i64(t) * F + f;
-      h[o] = e < 0 ? 0.f : WO ? swiglu(acc[0][i], acc[1][i], limit) : swiglu_v41(acc[0][i], acc[1][i], limit, rb, rw, t);
+      for (int i = 0; i < 2; ++i) {
+        const int f = f0 + g + 8 * i;
+        if (f >= F) continue;
+        const i64 o = i64(t) * F + f;
+        h[o] = e < 0 ? 0.f
+                     : WO ? swiglu(acc[0][i], acc[1][i], limit) : swiglu_v41(acc[0][i], acc[1][i], limit, rb, rw, t);
+      }
     }
+    if (cnt) slot_count_group(cnt, grp, tpg, tiles, tps);
   }
   } else {
     __trap();  // the runtime launches these where path_arch_ok holds (the wgmma ones on sm_90a cubins)
@@ -151,6 +188,10 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
   mma_seg_range(nb, seg, S, b0, b1);
   MmaSegment<FP4, TPW, WO ? false : bool(SMELT_W_TILED)> ms;  // as in up_mma_body: the first weight blocks first
   int staged_lo = -1, staged_hi = -1;  // weight-only: the slots staged
+  // The routed slots' counters (slot_count_group): each slot's h is whole once the up counted its tiles of 16 x WR
+  // rows there.
+  u32* const cnt = idx ? w.slot_done : nullptr;
+  const u32 need = u32((F + 16 * WR - 1) / (16 * WR));
   // Routed slots too: the up lets this grid be scheduled only after its own wait for the routing, so the expert
   // indices are final before this grid's wait (read from L2), and the first group's weights stream in while the up
   // finishes.
@@ -174,14 +215,16 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
     // slots; every thread of the block walks the same groups, so the syncs are uniform).
     const int g_lo = (grp * tpg) / tps, g_hi = min(grp * tpg + tpg - 1, tiles - 1) / tps;
     if (grp == bid) {
-      grid_dep_wait();
       const bool own = WO || nblk >= groups;
       const int t_lo = own ? g_lo : 0, t_hi = own ? g_hi : topk - 1;
+      if (cnt) slot_wait(cnt, t_lo, t_hi, need);
+      else grid_dep_wait();
       const int r0 = WO ? 0 : t_lo;  // staged row of t_lo
       stage_rows<FP4, P>(h + i64(t_lo) * F, t_hi - t_lo + 1, F, xq + slot_rows<P>() * r0 * stride, stride, xsc + r0);
       staged_lo = t_lo, staged_hi = t_hi;
     } else if (WO && (g_lo != staged_lo || g_hi != staged_hi)) {  // a later group may also end in the next slot
       __syncthreads();  // every warp is done with the staged slots
+      if (cnt) slot_wait(cnt, g_lo, g_hi, need);
       stage_rows<FP4, P>(h + i64(g_lo) * F, g_hi - g_lo + 1, F, xq, stride, xsc);
       staged_lo = g_lo, staged_hi = g_hi;
     }
@@ -207,6 +250,7 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
         out[i64(t) * D + d] = ((rb && e >= 0) || round) ? round_bf16(y) : y;
       }
   }
+  if (cnt) slot_exit(cnt, topk, nblk);
   } else {
     __trap();
   }

@@ -208,11 +208,15 @@ CudaBackend::CudaBackend(const Plan& plan, const BackendOptions& o) : plan_(plan
     // for the side stream's ops.
     uint64_t scratch = 0, side_scratch = 0;  // the side stream's ops carve their own region
     std::vector<int> act_quant_weights, weight_only_weights;
+    std::vector<uint64_t> zeroed_at;  // per op: the offset of its zeroed memory (Prepare::zeroed_bytes)
+    uint64_t zeroed = 0;
     for (const OpRef& op : plan.ops()) {
       Prepare p;
       if (is_collective(op.spec->kind)) p.scratch_bytes = NcclComms::scratch_bytes(plan, op, plan.max_rows());
       else prepare_op(plan, op, plan.max_rows(), p);
       scratch = std::max(scratch, p.scratch_bytes);
+      zeroed_at.push_back(p.zeroed_bytes ? zeroed : ~uint64_t(0));
+      zeroed += align256(p.zeroed_bytes);
       if (side_on_ && side_kind(op)) side_scratch = std::max(side_scratch, p.scratch_bytes);
       act_quant_weights.insert(act_quant_weights.end(), p.act_quant_weights.begin(), p.act_quant_weights.end());
       weight_only_weights.insert(weight_only_weights.end(), p.weight_only_weights.begin(), p.weight_only_weights.end());
@@ -239,7 +243,7 @@ CudaBackend::CudaBackend(const Plan& plan, const BackendOptions& o) : plan_(plan
     uint64_t arena = align256(plan.fb().arena_bytes());
     size_t free_bytes = 0, total_bytes = 0;
     check(d_.cuMemGetInfo(&free_bytes, &total_bytes), "reading the free GPU memory");
-    uint64_t need = weights_.bytes() + arena + states_bytes_ + scratch + side_scratch + (64ull << 20);
+    uint64_t need = weights_.bytes() + arena + states_bytes_ + scratch + side_scratch + zeroed + (64ull << 20);
     if (need > free_bytes)
       throw Error(plan.path() + ": needs " + gib(need) + " on the GPU (weights " + gib(weights_.bytes()) + ", arena " +
                   gib(arena) + ", states " + gib(states_bytes_) + ") but " + dev_.name + " has " + gib(free_bytes) +
@@ -248,6 +252,11 @@ CudaBackend::CudaBackend(const Plan& plan, const BackendOptions& o) : plan_(plan
     check(d_.cuMemAlloc(&states_, std::max<uint64_t>(states_bytes_, 256)), "allocating the states");
     if (scratch) check(d_.cuMemAlloc(&scratch_, align256(scratch)), "allocating op scratch");
     if (side_scratch) check(d_.cuMemAlloc(&side_scratch_, align256(side_scratch)), "allocating op scratch");
+    if (zeroed) {
+      check(d_.cuMemAlloc(&zeroed_, zeroed), "allocating zeroed op memory");
+      check(d_.cuMemsetD8Async(zeroed_, 0, zeroed, stream_), "clearing zeroed op memory");
+      check(d_.cuStreamSynchronize(stream_), "clearing zeroed op memory");
+    }
     check(d_.cuMemAlloc(&step_, 256), "allocating the step info");
     check(d_.cuMemAllocHost(&host_ids_, size_t(plan.max_rows()) * 4), "allocating pinned memory");
     check(d_.cuMemAllocHost(&host_step_, sizeof(StepInfo)), "allocating pinned memory");
@@ -267,6 +276,7 @@ CudaBackend::CudaBackend(const Plan& plan, const BackendOptions& o) : plan_(plan
       l.stream = stream_;
       l.scratch = scratch_;
       l.scratch_bytes = scratch;
+      l.zeroed = zeroed_at[k] != ~uint64_t(0) ? zeroed_ + zeroed_at[k] : 0;
       l.backend = this;
       l.sms = dev_.sms;
       l.arch = arch_num(arch_);
@@ -310,9 +320,9 @@ void CudaBackend::release() noexcept {
   for (auto& [rows, exec] : graphs_by_rows_) d_.cuGraphExecDestroy(exec);
   graphs_by_rows_.clear();
   if (side_) d_.cuStreamSynchronize(side_);
-  for (CUdeviceptr p : {arena_, states_, scratch_, side_scratch_, step_, sample_scratch_})
+  for (CUdeviceptr p : {arena_, states_, scratch_, side_scratch_, zeroed_, step_, sample_scratch_})
     if (p) d_.cuMemFree(p);
-  arena_ = states_ = scratch_ = side_scratch_ = step_ = sample_scratch_ = 0;
+  arena_ = states_ = scratch_ = side_scratch_ = zeroed_ = step_ = sample_scratch_ = 0;
   weights_.release();  // before the context goes
   for (void* h : {host_ids_, host_step_, host_token_})
     if (h) d_.cuMemFreeHost(h);

@@ -174,6 +174,7 @@ class CudaBackend final : public Launcher {
   std::vector<CUevent> side_done_;  // recorded after the side op of that slot (the side ops of a run, in order)
   int side_slots_ = 0;              // slots used in this run
   CUdeviceptr side_scratch_ = 0;
+  CUdeviceptr zeroed_ = 0;  // every op's Prepare::zeroed_bytes, one after another
   bool side_on_ = false;
   int side_sms_ = 0;  // the multiprocessors side ops size their grids for (SMELT_CUDA_SIDE_SMS, else all)
   SideBusy side_busy_;

@@ -27,6 +27,9 @@ struct ExpertW {
   uint64_t base[6];
   int64_t stride[6];
   DevPtr table;
+  // kernels/moe/moe_mma.cu's slot counters ([topk + 1] u32 of the op's zeroed memory) or 0: the routed up counts its
+  // finished tiles a slot, and the down, launched early, waits for its slots' counts instead of the whole up grid.
+  DevPtr slot_done = 0;
 };
 
 // RoPE inverse frequencies by value.

@@ -54,6 +54,7 @@ struct OpLaunch {
   bool side = false;                     // on the side stream (an op marked stream = 1, while the side stream is on)
   DevPtr scratch = 0;                    // per-op scratch, as large as the launcher asked at prepare time
   uint64_t scratch_bytes = 0;            // the region's size (the largest op's ask: more than this op's at few rows)
+  DevPtr zeroed = 0;                     // this op's own memory, all zeros at every launch (Prepare::zeroed_bytes)
   // A moe_experts op's swiglu_mlp successor on the same input (the shared expert), which this op's one-row decode
   // kernels may run too (backend.cc plan_fusions checked the pair; ops.cc run_experts decides per run), and on the
   // successor: `shared_done`, set by its predecessor each time it runs, when it did (the successor then launches
@@ -90,6 +91,9 @@ class Launcher {
 // Asked once per op when the plan is loaded: how much scratch the op needs at `max_rows` rows.
 struct Prepare {
   uint64_t scratch_bytes = 0;
+  // Memory of this op alone, zeroed once when the plan is loaded, that its kernels leave all zeros when they end
+  // (the routed experts' slot counters: kernels/moe/moe_mma.cu slot_count_group).
+  uint64_t zeroed_bytes = 0;
   // Quantized (FP8 / FP4) weights the op's act-quant kernels read (tile order on sm_89+) and those its weight-only
   // kernels read (row-major): plan weight ids.
   std::vector<int> act_quant_weights, weight_only_weights;

@@ -353,7 +353,13 @@ void run_experts(Ctx& c, bool routed) {
   const detail::LinearW f = detail::linear_format(c, w1, s1, "w1");
   if (scaled && !f.quant) c.fail("scaled expert weights must be FP8 or FP4");
   if (topk > 32) c.fail("topk " + std::to_string(topk) + " exceeds the cuda combine's 32");
-  const ExpertW ew = expert_weights(c, n_experts, scaled);
+  ExpertW ew = expert_weights(c, n_experts, scaled);
+  // The routed tensor-core experts' slot counters (kernels/moe/moe_mma.cu slot_count_group): the down, launched early,
+  // starts a slot's tiles once the up has counted every tile of that slot, not when the whole up grid has ended.
+  // On the launches paired with the shared expert only with $SMELT_CUDA_SLOT_WAIT=all (ops_mma.cc paired_ew);
+  // $SMELT_CUDA_SLOT_WAIT=0: the grid-wide wait everywhere (A/B timing).
+  static const bool slot_wait = !env_off("SMELT_CUDA_SLOT_WAIT");
+  if (routed && scaled && slot_wait) ew.slot_done = c.zeroed(uint64_t(topk + 1) * 4);
   DevPtr idx = routed ? l.in[2] : 0;
   const DevPtr rw = routed ? l.in[1] : 0;
   const int RT = rows * topk;
@@ -803,6 +809,7 @@ void prepare_op(const Plan& plan, const OpRef& op, int64_t max_rows, Prepare& ou
   c.prep = &out;
   run(c);
   out.scratch_bytes = c.used;
+  out.zeroed_bytes = c.zeroed_used;
 }
 
 void run_op(const OpLaunch& l) {

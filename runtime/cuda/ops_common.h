@@ -19,6 +19,7 @@ struct Ctx {
   const OpLaunch& l;
   bool dry = false;            // prepare: no launches, no device pointers
   uint64_t used = 0;           // scratch bytes carved so far
+  uint64_t zeroed_used = 0;    // zeroed bytes carved so far
   bool round_done = false;     // the op applied its `round` attribute itself
   bool after_previous = false; // the next go() without programmatic dependent launch (Launcher::launch)
   bool serial_rest = false;    // every go() after the op's first one without it (a side-stream shared expert's down)
@@ -38,6 +39,13 @@ struct Ctx {
     const uint64_t off = (used + 255) / 256 * 256;
     used = off + bytes;
     return dry ? 0 : l.scratch + off;
+  }
+  // A piece of the op's zeroed memory (OpLaunch::zeroed), 256-byte aligned: the op's kernels must leave it zeroed.
+  // 0 in prepare, and where the backend gave the op none (its launchers then take the paths without it).
+  DevPtr zeroed(uint64_t bytes) {
+    const uint64_t off = (zeroed_used + 255) / 256 * 256;
+    zeroed_used = off + bytes;
+    return dry || !l.zeroed ? 0 : l.zeroed + off;
   }
 
   template <class... Ts>

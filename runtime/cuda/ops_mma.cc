@@ -136,6 +136,17 @@ bool try_experts_mma(Ctx& c, const ExpertsLaunch& a) {
   return true;
 }
 
+// The routed experts' ExpertW for a launch paired with the shared expert: the slot counters (run_experts) only with
+// $SMELT_CUDA_SLOT_WAIT=all. Beside the paired up's shared-expert blocks the early routed down measured slower (H200,
+// V4.1 slice, sm_90 path: 1.101-1.102 -> 1.108-1.111 ms a step, session 27), where after the unpaired weight-only ring
+// up it gains (the sm_80 path: 1.138 -> 1.130-1.132).
+ExpertW paired_ew(const ExpertsLaunch& a) {
+  static const bool on = env_is("SMELT_CUDA_SLOT_WAIT", "all");
+  ExpertW ew = a.ew;
+  if (!on) ew.slot_done = 0;
+  return ew;
+}
+
 bool try_experts_mma_with_shared(Ctx& c, const ExpertsLaunch& a, const ExpertsLaunch& s) {
   if (!wgmma_experts(c.l, a.f) || !s.f.quant || std::string(s.f.fmt) != "fp8" || a.topk < 1 || a.topk > 8 ||
       s.topk != 1 || s.D != a.D || a.D % 32 || a.F % 32 || s.F % 32)
@@ -150,21 +161,22 @@ bool try_experts_mma_with_shared(Ctx& c, const ExpertsLaunch& a, const ExpertsLa
   const int s_up = w.s_up, s_down = w.s_down;
   const unsigned r_up = w.grid_up, r_down = w.grid_down;
   const SyncSplit sp = sync_split(s, blocks);
+  const ExpertW ew = paired_ew(a);
   const unsigned g_up = grid(sp.tiles_up, sp.s_up, blocks), g_down = grid(sp.tiles_down, sp.s_down, blocks);
   // The routed blocks first: they are the long ones, and the shared ones fill the slots they leave.
   c.go("smelt_moe_up_fp4_wgmma_with_fp8", r_up + g_up, 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk, a.idx,
-       a.n_experts, a.rw, a.ew, int(a.f.blk), a.limit, rb, a.h, s_up, int(r_up), s.F, s.ew, int(s.f.blk), s.limit,
+       a.n_experts, a.rw, ew, int(a.f.blk), a.limit, rb, a.h, s_up, int(r_up), s.F, s.ew, int(s.f.blk), s.limit,
        s.h, sp.s_up);
   static const bool up_only = !env_is("SMELT_CUDA_FUSE_SHARED", "1");  // the downs as two launches (=1: one)
   if (up_only) {
     c.go("smelt_moe_down_fp4_wgmma", r_down, 1, 1, kMmaWarps * 32, mma_smem_bytes(a.F, a.topk), a.h, a.D, a.F, a.topk,
-         a.idx, a.n_experts, a.ew, int(a.f.blk), rb, 0, a.out, s_down);
+         a.idx, a.n_experts, ew, int(a.f.blk), rb, 0, a.out, s_down);
     c.go("smelt_moe_down_fp8_mma", g_down, 1, 1, kMmaWarps * 32, mma_smem_bytes(s.F, 1), s.h, s.D, s.F, 1, DevPtr(0), 1,
          s.ew, int(s.f.blk), rb, int(s.round), s.out, sp.s_down);
     return true;
   }
   c.go("smelt_moe_down_fp4_wgmma_with_fp8", r_down + g_down, 1, 1, kMmaWarps * 32, smem_down, a.h, a.D, a.F, a.topk,
-       a.idx, a.n_experts, a.ew, int(a.f.blk), rb, 0, a.out, s_down, int(r_down), s.h, s.F, s.ew, int(s.f.blk),
+       a.idx, a.n_experts, ew, int(a.f.blk), rb, 0, a.out, s_down, int(r_down), s.h, s.F, s.ew, int(s.f.blk),
        int(s.round), s.out, sp.s_down);
   return true;
 }
@@ -217,11 +229,13 @@ bool try_experts_wo_ring_with_shared(Ctx& c, const ExpertsLaunch& a, const Exper
   const unsigned smem_up = mma_smem_bytes(a.D, 2);
   if (std::max({smem_up, wo_ring_down_smem(a, r), wo_ring_down_smem(s, sh)}) > mma_smem_max(c.l)) return false;
   const unsigned r_up = grid(r.tiles_up, r.s_up, blocks), g_up = grid(sh.tiles_up, sh.s_up, blocks);
+  ExpertsLaunch ap = a;
+  ap.ew = paired_ew(a);
   // The routed blocks first: they are the long ones, and the shared ones fill the slots they leave.
   c.go("smelt_moe_up_fp4_wo_ring_with_fp8", r_up + g_up, 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk, a.idx,
-       a.n_experts, a.ew, int(a.f.blk), a.limit, a.h, r.s_up, int(r_up), s.F, s.ew, int(s.f.blk), s.limit, s.h,
+       a.n_experts, ap.ew, int(a.f.blk), a.limit, a.h, r.s_up, int(r_up), s.F, s.ew, int(s.f.blk), s.limit, s.h,
        sh.s_up);
-  wo_ring_down(c, a, r, blocks, 0);
+  wo_ring_down(c, ap, r, blocks, 0);
   wo_ring_down(c, s, sh, blocks, int(s.round));
   return true;
 }

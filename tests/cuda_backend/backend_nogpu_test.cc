@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "runtime/cuda/backend.h"
 #include "runtime/cuda/driver.h"
+#include "runtime/cuda/kernel_args.h"
 #include "runtime/cuda/launch.h"
 #include "runtime/cuda/nccl.h"
 #include "runtime/inspect.h"
@@ -130,9 +132,14 @@ struct RecordingLauncher : cuda::Launcher {
   std::vector<std::pair<std::string, bool>> launches;
   std::vector<std::vector<uint64_t>> args;
   int keep = 0;
+  std::map<std::string, int> ew_arg;  // kernel name -> the index of its ExpertW argument, copied into ew
+  std::vector<cuda::ExpertW> ew;      // per launch (zeros where the kernel is not in ew_arg)
   void launch(const cuda::OpLaunch&, const char* name, unsigned, unsigned, unsigned, unsigned, unsigned, void** a,
               bool programmatic) override {
     launches.emplace_back(name, programmatic);
+    cuda::ExpertW e{};
+    if (auto it = ew_arg.find(name); it != ew_arg.end()) std::memcpy(&e, a[it->second], sizeof(e));
+    ew.push_back(e);
     std::vector<uint64_t> v;
     for (int i = 0; i < keep; ++i) {
       uint64_t x = 0;
@@ -270,6 +277,47 @@ TEST(CudaLaunchers, ChunksRunTheDecodeTensorCoreKernels) {
       EXPECT_EQ(combines, 1) << "arch " << arch << ", rows " << r;
       for (int i = 0; i < int(xs.size()); ++i) EXPECT_EQ(xs[size_t(i)], ex.l.in[0] + uint64_t(i) * D * 4) << "row " << i;
     }
+
+    // The slot counters (kernels/moe/moe_mma.cu slot_count_group): with the op's zeroed memory every row's up and down
+    // get the same counters (the down of a row zeroes them before the next row's up counts), without it none.
+    rec.ew_arg = {{up, 7}, {down, 6}};
+    for (int r : {1, 3})
+      for (bool zeroed : {false, true}) {
+        rec.launches.clear(), rec.args.clear(), rec.ew.clear();
+        FakeLaunch ex(plan, *moe, r, rec, arch, 132);
+        if (zeroed) ex.l.zeroed = 0x400000000ull;
+        cuda::run_op(ex.l);
+        int counted = 0;
+        for (size_t k = 0; k < rec.launches.size(); ++k) {
+          if (!rec.ew_arg.count(rec.launches[k].first)) continue;
+          EXPECT_EQ(rec.ew[k].slot_done, zeroed ? ex.l.zeroed : 0) << rec.launches[k].first << ", rows " << r;
+          ++counted;
+        }
+        EXPECT_EQ(counted, 2 * r) << "arch " << arch << ", rows " << r;
+      }
+    rec.ew_arg.clear();
   }
+}
+
+// The routed experts ask for their slot counters' zeroed memory when the plan is loaded (Prepare::zeroed_bytes: topk + 1
+// words), the shared expert for none.
+TEST(CudaLaunchers, RoutedExpertsAskForSlotCounters) {
+  smelt::runtime::Plan plan = smelt::runtime::Plan::load(SMELT_CUDA_TEST_PLAN_V41);
+  int routed = 0, shared = 0;
+  for (const auto& o : plan.ops()) {
+    const bool moe = o.spec->kind == smelt::runtime::OpKind::MoeExperts;
+    if (!moe && o.spec->kind != smelt::runtime::OpKind::SwigluMlp) continue;
+    cuda::Prepare p;
+    cuda::prepare_op(plan, o, plan.max_rows(), p);
+    if (moe) {
+      EXPECT_EQ(p.zeroed_bytes, uint64_t(o.i("topk") + 1) * 4);
+      ++routed;
+    } else {
+      EXPECT_EQ(p.zeroed_bytes, 0u);
+      ++shared;
+    }
+  }
+  EXPECT_GT(routed, 0);
+  EXPECT_GT(shared, 0);
 }
 #endif

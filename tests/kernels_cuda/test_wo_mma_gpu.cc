@@ -381,6 +381,42 @@ void check_ring_with_shared(int D, int F, int F2, const std::vector<int>& idx, i
                32, limit, h1, s_up, int(r_up), F2, ew2, 128, limit2, g1, s2_up);
   expect_bits_equal(gpu().get<float>(h1, nh), gpu().get<float>(h0, nh), "routed up");
   expect_bits_equal(gpu().get<float>(g1, size_t(F2)), gpu().get<float>(g0, size_t(F2)), "shared up");
+
+  // The routed ring down with the slot counters (ExpertW::slot_done, as runtime/cuda/ops.cc run_experts passes them):
+  // launched right after the counting up by dependent launch, each (re)staged slot waits for its count instead of
+  // the grid-wide wait. The same bits as the down of h0 without them, twice in a row (the down zeroes the counters).
+  using smelt::runtime::cuda::mma_groups;
+  using smelt::runtime::cuda::mma_ksplit;
+  using smelt::runtime::cuda::mma_wo_down_span;
+  const int tps_down = (D + 31) / 32;
+  const int64_t td = int64_t(topk) * tps_down;
+  const int s_down = mma_ksplit(td, F / 32, 2u * unsigned(gpu().multiprocessors()));
+  const unsigned r_down = std::min<unsigned>(unsigned(mma_groups(td, s_down)), r_up);  // r_up: small grids stay small
+  const unsigned smem_down = mma_smem_bytes(F, 2 * mma_wo_down_span(topk, tps_down, 8 / s_down));
+  const size_t no = size_t(topk) * D;
+  DevPtr o0 = gpu().alloc(no * 4);
+  gpu().launch("moe", "smelt_moe_down_fp4_wo_ring", r_down, 1, 1, 256, smem_down, h0, D, F, topk, didx, E, ew, 32, 0, 0,
+               o0, s_down);
+  ExpertW cw = ew;
+  cw.slot_done = gpu().put(std::vector<uint32_t>(size_t(topk) + 1, 0u));
+  const bool pdl = gpu().set_pdl(true);
+  for (int rep = 0; rep < 2; ++rep) {
+    DevPtr h2 = gpu().alloc(nh * 4), g2 = gpu().alloc(size_t(F2) * 4), o2 = gpu().alloc(no * 4);
+    gpu().set_sync(false);
+    gpu().launch("moe", "smelt_moe_up_fp4_wo_ring_with_fp8", r_up + g_up, 1, 1, 256, smem, dx, D, F, topk, didx, E, cw,
+                 32, limit, h2, s_up, int(r_up), F2, ew2, 128, limit2, g2, s2_up);
+    gpu().launch("moe", "smelt_moe_down_fp4_wo_ring", r_down, 1, 1, 256, smem_down, h2, D, F, topk, didx, E, cw, 32, 0,
+                 0, o2, s_down);
+    gpu().synchronize();
+    gpu().set_sync(true);
+    const std::string run = std::string(pdl ? "dependent launch, " : "") + "counted run " + std::to_string(rep);
+    expect_bits_equal(gpu().get<float>(h2, nh), gpu().get<float>(h0, nh), run + " routed up");
+    expect_bits_equal(gpu().get<float>(g2, size_t(F2)), gpu().get<float>(g0, size_t(F2)), run + " shared up");
+    expect_bits_equal(gpu().get<float>(o2, no), gpu().get<float>(o0, no), run + " routed down");
+    const std::vector<uint32_t> left = gpu().get<uint32_t>(cw.slot_done, size_t(topk) + 1);
+    for (size_t t = 0; t < left.size(); ++t) EXPECT_EQ(left[t], 0u) << run << ": counter " << t << " left set";
+  }
+  gpu().set_pdl(false);
 }
 
 TEST(WoMma, RingUpWithSharedExpertSameBits) {

@@ -356,8 +356,8 @@ void run_experts(Ctx& c, bool routed) {
   ExpertW ew = expert_weights(c, n_experts, scaled);
   // The routed tensor-core experts' slot counters (kernels/moe/moe_mma.cu slot_count_group): the down, launched early,
   // starts a slot's tiles once the up has counted every tile of that slot, not when the whole up grid has ended.
-  // On the launches paired with the shared expert only with $SMELT_CUDA_SLOT_WAIT=all (ops_mma.cc paired_ew);
-  // $SMELT_CUDA_SLOT_WAIT=0: the grid-wide wait everywhere (A/B timing).
+  // The launchers keep them where they measured faster (ops_mma.cc counted_ew: the weight-only ring's), elsewhere
+  // only with $SMELT_CUDA_SLOT_WAIT=all; $SMELT_CUDA_SLOT_WAIT=0: the grid-wide wait everywhere (A/B timing).
   static const bool slot_wait = !env_off("SMELT_CUDA_SLOT_WAIT");
   if (routed && scaled && slot_wait) ew.slot_done = c.zeroed(uint64_t(topk + 1) * 4);
   DevPtr idx = routed ? l.in[2] : 0;

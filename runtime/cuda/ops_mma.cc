@@ -112,6 +112,18 @@ WgSplit wg_split(const ExpertsLaunch& a, unsigned blocks) {
   return r;
 }
 
+// The routed experts' ExpertW with the slot counters (run_experts) kept where they measured faster, dropped elsewhere
+// unless $SMELT_CUDA_SLOT_WAIT=all (H200, V4.1 slice, session 27, alternating rounds): after the weight-only ring up
+// (the sm_80 path) the early down gains, 1.138-1.152 -> 1.130-1.145 ms a step; after the wgmma up it loses, paired with
+// the shared expert 1.101-1.110 -> 1.108-1.115, unpaired 1.128 -> 1.136-1.139 (its 216 one-tile blocks end together,
+// so the down's early blocks only crowd the up's last ones).
+ExpertW counted_ew(const ExpertsLaunch& a, bool keep) {
+  static const bool all = env_is("SMELT_CUDA_SLOT_WAIT", "all");
+  ExpertW ew = a.ew;
+  if (!keep && !all) ew.slot_done = 0;
+  return ew;
+}
+
 bool try_experts_mma(Ctx& c, const ExpertsLaunch& a) {
   if (!a.f.quant || a.topk < 1 || a.topk > 8 || a.D % 32 || a.F % 32) return false;
   const unsigned smem_up = mma_smem_bytes(a.D, 1), smem_down = mma_smem_bytes(a.F, a.topk);
@@ -120,10 +132,11 @@ bool try_experts_mma(Ctx& c, const ExpertsLaunch& a) {
   const int rb = 1;  // the model's numerics (the caller's branch)
   if (wgmma_experts(c.l, a.f)) {
     const WgSplit w = wg_split(a, blocks);
+    const ExpertW ew = counted_ew(a, false);
     c.go("smelt_moe_up_fp4_wgmma", w.grid_up, 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk, a.idx,
-         a.n_experts, a.rw, a.ew, int(a.f.blk), a.limit, rb, a.h, w.s_up);
+         a.n_experts, a.rw, ew, int(a.f.blk), a.limit, rb, a.h, w.s_up);
     c.go("smelt_moe_down_fp4_wgmma", w.grid_down, 1, 1, kMmaWarps * 32, smem_down, a.h, a.D, a.F, a.topk, a.idx,
-         a.n_experts, a.ew, int(a.f.blk), rb, int(!a.routed && a.round), a.out, w.s_down);
+         a.n_experts, ew, int(a.f.blk), rb, int(!a.routed && a.round), a.out, w.s_down);
     return true;
   }
   const SyncSplit sp = sync_split(a, blocks);
@@ -134,17 +147,6 @@ bool try_experts_mma(Ctx& c, const ExpertsLaunch& a) {
   c.go(down.c_str(), grid(sp.tiles_down, sp.s_down, blocks), 1, 1, kMmaWarps * 32, smem_down, a.h, a.D, a.F, a.topk,
        a.idx, a.n_experts, a.ew, int(a.f.blk), rb, int(!a.routed && a.round), a.out, sp.s_down);
   return true;
-}
-
-// The routed experts' ExpertW for a launch paired with the shared expert: the slot counters (run_experts) only with
-// $SMELT_CUDA_SLOT_WAIT=all. Beside the paired up's shared-expert blocks the early routed down measured slower (H200,
-// V4.1 slice, sm_90 path: 1.101-1.102 -> 1.108-1.111 ms a step, session 27), where after the unpaired weight-only ring
-// up it gains (the sm_80 path: 1.138 -> 1.130-1.132).
-ExpertW paired_ew(const ExpertsLaunch& a) {
-  static const bool on = env_is("SMELT_CUDA_SLOT_WAIT", "all");
-  ExpertW ew = a.ew;
-  if (!on) ew.slot_done = 0;
-  return ew;
 }
 
 bool try_experts_mma_with_shared(Ctx& c, const ExpertsLaunch& a, const ExpertsLaunch& s) {
@@ -161,7 +163,7 @@ bool try_experts_mma_with_shared(Ctx& c, const ExpertsLaunch& a, const ExpertsLa
   const int s_up = w.s_up, s_down = w.s_down;
   const unsigned r_up = w.grid_up, r_down = w.grid_down;
   const SyncSplit sp = sync_split(s, blocks);
-  const ExpertW ew = paired_ew(a);
+  const ExpertW ew = counted_ew(a, false);
   const unsigned g_up = grid(sp.tiles_up, sp.s_up, blocks), g_down = grid(sp.tiles_down, sp.s_down, blocks);
   // The routed blocks first: they are the long ones, and the shared ones fill the slots they leave.
   c.go("smelt_moe_up_fp4_wgmma_with_fp8", r_up + g_up, 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk, a.idx,
@@ -230,7 +232,7 @@ bool try_experts_wo_ring_with_shared(Ctx& c, const ExpertsLaunch& a, const Exper
   if (std::max({smem_up, wo_ring_down_smem(a, r), wo_ring_down_smem(s, sh)}) > mma_smem_max(c.l)) return false;
   const unsigned r_up = grid(r.tiles_up, r.s_up, blocks), g_up = grid(sh.tiles_up, sh.s_up, blocks);
   ExpertsLaunch ap = a;
-  ap.ew = paired_ew(a);
+  ap.ew = counted_ew(a, false);  // not measured with the pair: as the wgmma pair
   // The routed blocks first: they are the long ones, and the shared ones fill the slots they leave.
   c.go("smelt_moe_up_fp4_wo_ring_with_fp8", r_up + g_up, 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk, a.idx,
        a.n_experts, ap.ew, int(a.f.blk), a.limit, a.h, r.s_up, int(r_up), s.F, s.ew, int(s.f.blk), s.limit, s.h,

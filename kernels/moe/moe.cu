@@ -15,12 +15,6 @@ struct ExpertW {
   const u64* table;  // [n_experts * 6] or nullptr
   // The routed tensor-core experts' slot counters (kernels/moe/moe_mma.cu slot_count_group), or nullptr.
   u32* slot_done;
-  // The routed down's combine (moe_mma.cu down_combine_group): comb_y = smelt_moe_combine's sums, written by the block
-  // that completes a row range's last slot (range_done: a count per range), or comb_y == nullptr.
-  u32* range_done;
-  float* comb_y;
-  const float* comb_rw;
-  int comb_weighted;
 };
 
 namespace {
@@ -250,20 +244,19 @@ extern "C" __global__ void smelt_moe_local_idx(const i32* idx, i32* local, int n
   local[i] = e >= 0 && e < count ? e : -1;
 }
 
-namespace {
-
-// smelt_moe_combine's value of row r, column d: the slots' outputs in ascending expert order (duplicates once), times
-// the routing weights when weighted. Loads from L2: the routed down's fused combine (moe_mma.cu down_combine_group)
-// reads slots that other blocks of its launch wrote.
-__device__ __forceinline__ float moe_combine_at(const float* out, const float* rw, const i32* idx, int topk,
-                                                int n_experts, int D, int weighted, i64 r, int d) {
+extern "C" __global__ void smelt_moe_combine(const float* out, const float* rw, const i32* idx, int topk,
+                                             int n_experts, int D, int weighted, float* y) {
+  SMELT_KERNEL_PROLOGUE();
+  const i64 r = blockIdx.y;
+  const int d = blockIdx.x * blockDim.x + threadIdx.x;
+  if (d >= D) return;
   float s = 0.f;
   if (topk <= 8) {
     // The slot order first (integers in registers), then every slot's value loaded at once and summed in that
     // order: the loop below issued each load only after the previous add (a serial round trip per slot).
     int ids[8], bt[8];
 #pragma unroll
-    for (int t = 0; t < 8; ++t) ids[t] = t < topk ? ld_l2(idx + r * topk + t) : -1;
+    for (int t = 0; t < 8; ++t) ids[t] = t < topk ? idx[r * topk + t] : -1;
     int last = -1;
 #pragma unroll
     for (int n = 0; n < 8; ++n) {  // the next larger expert id each time: ascending order, duplicates once
@@ -279,39 +272,29 @@ __device__ __forceinline__ float moe_combine_at(const float* out, const float* r
     for (int n = 0; n < 8; ++n) {
       v[n] = 0.f;
       if (bt[n] >= 0) {
-        const float o = __ldcg(out + (r * topk + bt[n]) * D + d);
-        v[n] = weighted ? __fmul_rn(o, __ldcg(rw + r * topk + bt[n])) : o;
+        const float o = out[(r * topk + bt[n]) * D + d];
+        v[n] = weighted ? __fmul_rn(o, rw[r * topk + bt[n]]) : o;
       }
     }
 #pragma unroll
     for (int n = 0; n < 8; ++n)
       if (bt[n] >= 0) s = __fadd_rn(s, v[n]);
-    return s;
+    y[r * D + d] = s;
+    return;
   }
   int last = -1;
   for (int n = 0; n < topk; ++n) {  // the next larger expert id each time: ascending order, duplicates once
     int best = -1, bt = -1;
     for (int t = 0; t < topk; ++t) {
-      const int e = ld_l2(idx + r * topk + t);
+      const int e = idx[r * topk + t];
       if (e > last && e < n_experts && (best < 0 || e < best)) best = e, bt = t;
     }
     if (best < 0) break;
     last = best;
-    const float v = __ldcg(out + (r * topk + bt) * D + d);
-    s = __fadd_rn(s, weighted ? __fmul_rn(v, __ldcg(rw + r * topk + bt)) : v);
+    const float v = out[(r * topk + bt) * D + d];
+    s = __fadd_rn(s, weighted ? __fmul_rn(v, rw[r * topk + bt]) : v);
   }
-  return s;
-}
-
-}  // namespace
-
-extern "C" __global__ void smelt_moe_combine(const float* out, const float* rw, const i32* idx, int topk,
-                                             int n_experts, int D, int weighted, float* y) {
-  SMELT_KERNEL_PROLOGUE();
-  const i64 r = blockIdx.y;
-  const int d = blockIdx.x * blockDim.x + threadIdx.x;
-  if (d >= D) return;
-  y[r * D + d] = moe_combine_at(out, rw, idx, topk, n_experts, D, weighted, r, d);
+  y[r * D + d] = s;
 }
 
 // Routing (reference moe_route). One block of 256 threads per row; dynamic shared memory 2 * E floats.

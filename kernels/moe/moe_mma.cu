@@ -75,28 +75,6 @@ __device__ __forceinline__ void slot_exit(u32* cnt, int topk, int nblk) {
     for (int t = 0; t <= topk; ++t) cnt[t] = 0u;
 }
 
-// The routed down's combine (ExpertW::comb_y): after a group's out stores each of its tiles counts in its row range's
-// word of range_done (released at GPU scope); the block that brings a range to topk (every slot's tile of those rows is
-// stored) writes smelt_moe_combine's values of the range (moe_combine_at: the same operations in the same order, so
-// the same bits) and zeroes the word. No separate combine launch on the critical path after the down. All threads.
-__device__ __forceinline__ void down_combine_group(const ExpertW& w, const float* out, const i32* idx, int topk,
-                                                   int n_experts, int D, int grp, int tpg, int tiles, int tps, int TR) {
-  __syncthreads();  // every warp's out stores of the group are done
-  if (threadIdx.x == 0) __threadfence();
-  for (int u = 0; u < tpg; ++u) {  // no static shared memory: the launchers give the dynamic part all there is
-    const int tile = grp * tpg + u, j = tile % tps;
-    bool last = false;
-    if (threadIdx.x == 0 && tile < tiles && atomicAdd(w.range_done + j, 1u) == u32(topk) - 1) {
-      last = true;
-      w.range_done[j] = 0u;  // every slot of the range has counted: nothing else touches it in this launch
-      __threadfence();
-    }
-    if (!__syncthreads_or(last)) continue;
-    for (int d = j * TR + int(threadIdx.x); d < min(D, (j + 1) * TR); d += int(blockDim.x))
-      w.comb_y[d] = moe_combine_at(out, w.comb_rw, idx, topk, n_experts, D, w.comb_weighted, 0, d);
-  }
-}
-
 // The bodies' arch guard: act quant on sm_89+ (E4M3 conversions), wgmma on sm_90a, weight-only on sm_80+.
 #if defined(__CUDA_ARCH__)
 template <int P>
@@ -261,21 +239,16 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
       else ms.template run_checked<1>(b0, b1, lane_xrow<P>(xq, stride, lt, g), xsc + lt, acc);
     }
     if (S > 1) mma_combine<2 * TPW>(part, &acc[0][0], S, WR);
-    if (seg == 0 && tile < tiles && tig == 0) {
+    if (seg != 0 || tile >= tiles || tig != 0) continue;
 #pragma unroll
-      for (int m = 0; m < TPW; ++m)
+    for (int m = 0; m < TPW; ++m)
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const int d = d0 + 16 * WR * m + g + 8 * i;
-          if (d >= D) continue;
-          const float y = e >= 0 ? acc[m][i] : 0.f;
-          out[i64(t) * D + d] = ((rb && e >= 0) || round) ? round_bf16(y) : y;
-        }
-    }
-    // FP4 (the routed experts of the V4 / V4.1 checkpoints) only: in the FP8 bodies (the shared expert's) the code
-    // alone cost registers and spills.
-    if constexpr (FP4)
-      if (idx && w.comb_y) down_combine_group(w, out, idx, topk, n_experts, D, grp, tpg, tiles, tps, TR);
+      for (int i = 0; i < 2; ++i) {
+        const int d = d0 + 16 * WR * m + g + 8 * i;
+        if (d >= D) continue;
+        const float y = e >= 0 ? acc[m][i] : 0.f;
+        out[i64(t) * D + d] = ((rb && e >= 0) || round) ? round_bf16(y) : y;
+      }
   }
   if (cnt) slot_exit(cnt, topk, nblk);
   } else {

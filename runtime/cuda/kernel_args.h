@@ -30,10 +30,6 @@ struct ExpertW {
   // kernels/moe/moe_mma.cu's slot counters ([topk + 1] u32 of the op's zeroed memory) or 0: the routed up counts its
   // finished tiles a slot, and the down, launched early, waits for its slots' counts instead of the whole up grid.
   DevPtr slot_done = 0;
-  // The routed down's combine (moe_mma.cu down_combine_group) into comb_y (the op's output) with comb_rw and
-  // comb_weighted as smelt_moe_combine takes them, range_done a count per row range (zeroed memory); comb_y 0: none.
-  DevPtr range_done = 0, comb_y = 0, comb_rw = 0;
-  int32_t comb_weighted = 0;
 };
 
 // RoPE inverse frequencies by value.

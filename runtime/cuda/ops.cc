@@ -362,21 +362,6 @@ void run_experts(Ctx& c, bool routed) {
   if (routed && scaled && slot_wait) ew.slot_done = c.zeroed(uint64_t(topk + 1) * 4);
   DevPtr idx = routed ? l.in[2] : 0;
   const DevPtr rw = routed ? l.in[1] : 0;
-  // One row of FP4 routed experts: the tensor-core downs write the combine themselves (kernels/moe/moe_mma.cu
-  // down_combine_group; the launchers that do set c.combine_done), a count per 32-row range in zeroed memory.
-  // $SMELT_CUDA_DOWN_COMBINE=0: the separate smelt_moe_combine (A/B timing).
-  static const bool down_combine = !env_off("SMELT_CUDA_DOWN_COMBINE");
-  if (routed && scaled && down_combine && topk <= 8 && f.fmt == std::string("fp4")) {
-    // Carved at any row count (prepare sizes the op's zeroed memory at max_rows); 0 in prepare and where the backend
-    // gave none.
-    const DevPtr range_done = c.zeroed(uint64_t(D + 31) / 32 * 4);
-    if (range_done && rows == 1) {
-      ew.range_done = range_done;
-      ew.comb_y = l.out[0];
-      ew.comb_rw = rw;
-      ew.comb_weighted = detail::model_rounding(op) ? 0 : 1;  // the act-quant ups applied the weights (combine(0) below)
-    }
-  }
   const int RT = rows * topk;
   if (routed && op.i("n_routed") > 0) {  // expert parallel: this rank's experts only, by local id
     const DevPtr local = c.scratch(uint64_t(RT) * 4);
@@ -404,7 +389,7 @@ void run_experts(Ctx& c, bool routed) {
   // Routed: the slots' outputs into l.out[0], times the routing weights unless up applied them (the model's
   // numerics do); swiglu_mlp's down kernel wrote l.out[0] itself.
   auto combine = [&](int weighted) {
-    if (routed && !c.combine_done)
+    if (routed)
       c.go("smelt_moe_combine", cdiv(D, 256), unsigned(rows), 1, 256, 0, out, rw, idx, topk, n_experts, D, weighted,
            l.out[0]);
   };

@@ -21,7 +21,6 @@ struct Ctx {
   uint64_t used = 0;           // scratch bytes carved so far
   uint64_t zeroed_used = 0;    // zeroed bytes carved so far
   bool round_done = false;     // the op applied its `round` attribute itself
-  bool combine_done = false;   // the routed experts' down kernel wrote the combine (ExpertW::comb_y)
   bool after_previous = false; // the next go() without programmatic dependent launch (Launcher::launch)
   bool serial_rest = false;    // every go() after the op's first one without it (a side-stream shared expert's down)
   int launched = 0;            // go() calls that launched a kernel

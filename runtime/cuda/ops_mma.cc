@@ -137,7 +137,6 @@ bool try_experts_mma(Ctx& c, const ExpertsLaunch& a) {
          a.n_experts, a.rw, ew, int(a.f.blk), a.limit, rb, a.h, w.s_up);
     c.go("smelt_moe_down_fp4_wgmma", w.grid_down, 1, 1, kMmaWarps * 32, smem_down, a.h, a.D, a.F, a.topk, a.idx,
          a.n_experts, ew, int(a.f.blk), rb, int(!a.routed && a.round), a.out, w.s_down);
-    c.combine_done = a.ew.comb_y != 0;
     return true;
   }
   const SyncSplit sp = sync_split(a, blocks);
@@ -147,7 +146,6 @@ bool try_experts_mma(Ctx& c, const ExpertsLaunch& a) {
   const std::string down = std::string("smelt_moe_down_") + a.f.fmt + "_mma";
   c.go(down.c_str(), grid(sp.tiles_down, sp.s_down, blocks), 1, 1, kMmaWarps * 32, smem_down, a.h, a.D, a.F, a.topk,
        a.idx, a.n_experts, a.ew, int(a.f.blk), rb, int(!a.routed && a.round), a.out, sp.s_down);
-  c.combine_done = a.ew.comb_y != 0;
   return true;
 }
 
@@ -177,13 +175,11 @@ bool try_experts_mma_with_shared(Ctx& c, const ExpertsLaunch& a, const ExpertsLa
          a.idx, a.n_experts, ew, int(a.f.blk), rb, 0, a.out, s_down);
     c.go("smelt_moe_down_fp8_mma", g_down, 1, 1, kMmaWarps * 32, mma_smem_bytes(s.F, 1), s.h, s.D, s.F, 1, DevPtr(0), 1,
          s.ew, int(s.f.blk), rb, int(s.round), s.out, sp.s_down);
-    c.combine_done = a.ew.comb_y != 0;
     return true;
   }
   c.go("smelt_moe_down_fp4_wgmma_with_fp8", r_down + g_down, 1, 1, kMmaWarps * 32, smem_down, a.h, a.D, a.F, a.topk,
        a.idx, a.n_experts, ew, int(a.f.blk), rb, 0, a.out, s_down, int(r_down), s.h, s.F, s.ew, int(s.f.blk),
        int(s.round), s.out, sp.s_down);
-  c.combine_done = a.ew.comb_y != 0;
   return true;
 }
 
@@ -219,7 +215,6 @@ bool try_experts_wo_ring(Ctx& c, const ExpertsLaunch& a) {
   c.go(up.c_str(), grid(sp.tiles_up, sp.s_up, blocks), 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk, a.idx,
        a.n_experts, DevPtr(0), a.ew, int(a.f.blk), a.limit, 0, a.h, sp.s_up);
   wo_ring_down(c, a, sp, blocks, 0);
-  c.combine_done = a.ew.comb_y != 0;
   return true;
 }
 
@@ -244,7 +239,6 @@ bool try_experts_wo_ring_with_shared(Ctx& c, const ExpertsLaunch& a, const Exper
        sh.s_up);
   wo_ring_down(c, ap, r, blocks, 0);
   wo_ring_down(c, s, sh, blocks, int(s.round));
-  c.combine_done = a.ew.comb_y != 0;
   return true;
 }
 

@@ -24,6 +24,7 @@
 #include "runtime/cuda/kernel_args.h"
 #include "runtime/cuda/mma_split.h"
 #include "tests/kernels_cuda/bits.h"
+#include "tests/kernels_cuda/counted_experts.h"
 #include "tests/kernels_cuda/harness.h"
 
 namespace {
@@ -399,24 +400,14 @@ void check_ring_with_shared(int D, int F, int F2, const std::vector<int>& idx, i
                o0, s_down);
   ExpertW cw = ew;
   cw.slot_done = gpu().put(std::vector<uint32_t>(size_t(topk) + 1, 0u));
-  const bool pdl = gpu().set_pdl(true);
-  for (int rep = 0; rep < 2; ++rep) {
-    DevPtr h2 = gpu().alloc(nh * 4), g2 = gpu().alloc(size_t(F2) * 4), o2 = gpu().alloc(no * 4);
-    gpu().set_sync(false);
+  auto counted = [&](DevPtr h2, DevPtr g2, DevPtr o2) {
     gpu().launch("moe", "smelt_moe_up_fp4_wo_ring_with_fp8", r_up + g_up, 1, 1, 256, smem, dx, D, F, topk, didx, E, cw,
                  32, limit, h2, s_up, int(r_up), F2, ew2, 128, limit2, g2, s2_up);
     gpu().launch("moe", "smelt_moe_down_fp4_wo_ring", r_down, 1, 1, 256, smem_down, h2, D, F, topk, didx, E, cw, 32, 0,
                  0, o2, s_down);
-    gpu().synchronize();
-    gpu().set_sync(true);
-    const std::string run = std::string(pdl ? "dependent launch, " : "") + "counted run " + std::to_string(rep);
-    expect_bits_equal(gpu().get<float>(h2, nh), gpu().get<float>(h0, nh), run + " routed up");
-    expect_bits_equal(gpu().get<float>(g2, size_t(F2)), gpu().get<float>(g0, size_t(F2)), run + " shared up");
-    expect_bits_equal(gpu().get<float>(o2, no), gpu().get<float>(o0, no), run + " routed down");
-    const std::vector<uint32_t> left = gpu().get<uint32_t>(cw.slot_done, size_t(topk) + 1);
-    for (size_t t = 0; t < left.size(); ++t) EXPECT_EQ(left[t], 0u) << run << ": counter " << t << " left set";
-  }
-  gpu().set_pdl(false);
+  };
+  smelt::test_cuda::expect_counted_runs(counted, h0, nh, g0, size_t(F2), o0, no, cw.slot_done, size_t(topk) + 1,
+                                        "ring pair");
 }
 
 TEST(WoMma, RingUpWithSharedExpertSameBits) {

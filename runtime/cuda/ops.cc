@@ -356,7 +356,7 @@ void run_experts(Ctx& c, bool routed) {
   ExpertW ew = expert_weights(c, n_experts, scaled);
   // The routed tensor-core experts' slot counters (kernels/moe/moe_mma.cu slot_count_group): the down, launched early,
   // starts a slot's tiles once the up has counted every tile of that slot, not when the whole up grid has ended.
-  // The launchers keep them where they measured faster (ops_mma.cc counted_ew: the weight-only ring's), elsewhere
+  // The launchers keep them where they measured faster (the weight-only ring's and mma.sync's; ops_mma.cc uncounted_ew), elsewhere
   // only with $SMELT_CUDA_SLOT_WAIT=all; $SMELT_CUDA_SLOT_WAIT=0: the grid-wide wait everywhere (A/B timing).
   static const bool slot_wait = !env_off("SMELT_CUDA_SLOT_WAIT");
   if (routed && scaled && slot_wait) ew.slot_done = c.zeroed(uint64_t(topk + 1) * 4);

@@ -112,15 +112,16 @@ WgSplit wg_split(const ExpertsLaunch& a, unsigned blocks) {
   return r;
 }
 
-// The routed experts' ExpertW with the slot counters (run_experts) kept where they measured faster, dropped elsewhere
-// unless $SMELT_CUDA_SLOT_WAIT=all (H200, V4.1 slice, session 27, alternating rounds): after the weight-only ring up
-// (the sm_80 path) the early down gains, 1.138-1.152 -> 1.130-1.145 ms a step; after the wgmma up it loses, paired with
-// the shared expert 1.101-1.110 -> 1.108-1.115, unpaired 1.128 -> 1.136-1.139 (its 216 one-tile blocks end together,
-// so the down's early blocks only crowd the up's last ones).
-ExpertW counted_ew(const ExpertsLaunch& a, bool keep) {
+// The routed experts' ExpertW for the launches that do not take the slot counters (run_experts) unless
+// $SMELT_CUDA_SLOT_WAIT=all: the wgmma ones and the pairs. The ring and mma.sync launches pass a.ew as it is. H200,
+// V4.1 slice, session 27, alternating rounds: after the weight-only ring up (the sm_80 path) the early down gains,
+// 1.138-1.152 -> 1.130-1.145 ms a step; after the wgmma up it loses, paired with the shared expert 1.101-1.110 ->
+// 1.108-1.115, unpaired 1.128 -> 1.136-1.139 (its 216 one-tile blocks end together, so the down's early blocks only
+// crowd the up's last ones); the ring pair is not measured and goes as the wgmma pair.
+ExpertW uncounted_ew(const ExpertsLaunch& a) {
   static const bool all = env_is("SMELT_CUDA_SLOT_WAIT", "all");
   ExpertW ew = a.ew;
-  if (!keep && !all) ew.slot_done = 0;
+  if (!all) ew.slot_done = 0;
   return ew;
 }
 
@@ -132,7 +133,7 @@ bool try_experts_mma(Ctx& c, const ExpertsLaunch& a) {
   const int rb = 1;  // the model's numerics (the caller's branch)
   if (wgmma_experts(c.l, a.f)) {
     const WgSplit w = wg_split(a, blocks);
-    const ExpertW ew = counted_ew(a, false);
+    const ExpertW ew = uncounted_ew(a);
     c.go("smelt_moe_up_fp4_wgmma", w.grid_up, 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk, a.idx,
          a.n_experts, a.rw, ew, int(a.f.blk), a.limit, rb, a.h, w.s_up);
     c.go("smelt_moe_down_fp4_wgmma", w.grid_down, 1, 1, kMmaWarps * 32, smem_down, a.h, a.D, a.F, a.topk, a.idx,
@@ -163,7 +164,7 @@ bool try_experts_mma_with_shared(Ctx& c, const ExpertsLaunch& a, const ExpertsLa
   const int s_up = w.s_up, s_down = w.s_down;
   const unsigned r_up = w.grid_up, r_down = w.grid_down;
   const SyncSplit sp = sync_split(s, blocks);
-  const ExpertW ew = counted_ew(a, false);
+  const ExpertW ew = uncounted_ew(a);
   const unsigned g_up = grid(sp.tiles_up, sp.s_up, blocks), g_down = grid(sp.tiles_down, sp.s_down, blocks);
   // The routed blocks first: they are the long ones, and the shared ones fill the slots they leave.
   c.go("smelt_moe_up_fp4_wgmma_with_fp8", r_up + g_up, 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk, a.idx,
@@ -232,7 +233,7 @@ bool try_experts_wo_ring_with_shared(Ctx& c, const ExpertsLaunch& a, const Exper
   if (std::max({smem_up, wo_ring_down_smem(a, r), wo_ring_down_smem(s, sh)}) > mma_smem_max(c.l)) return false;
   const unsigned r_up = grid(r.tiles_up, r.s_up, blocks), g_up = grid(sh.tiles_up, sh.s_up, blocks);
   ExpertsLaunch ap = a;
-  ap.ew = counted_ew(a, false);  // not measured with the pair: as the wgmma pair
+  ap.ew = uncounted_ew(a);
   // The routed blocks first: they are the long ones, and the shared ones fill the slots they leave.
   c.go("smelt_moe_up_fp4_wo_ring_with_fp8", r_up + g_up, 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk, a.idx,
        a.n_experts, ap.ew, int(a.f.blk), a.limit, a.h, r.s_up, int(r_up), s.F, s.ew, int(s.f.blk), s.limit, s.h,

@@ -280,7 +280,7 @@ TEST(CudaLaunchers, ChunksRunTheDecodeTensorCoreKernels) {
 
     // The slot counters (kernels/moe/moe_mma.cu slot_count_group): with the op's zeroed memory every row's mma.sync up
     // and down get the same counters (the down of a row zeroes them before the next row's up counts), without it none;
-    // the wgmma kernels none either way (ops_mma.cc counted_ew: slower there).
+    // the wgmma kernels none either way (ops_mma.cc uncounted_ew: slower there).
     rec.ew_arg = {{up, 7}, {down, 6}};
     for (int r : {1, 3})
       for (bool zeroed : {false, true}) {

@@ -180,21 +180,25 @@ __device__ __forceinline__ void f16x8_repair(uint4 x, u32* b) {
 // Staging of the activation codes (mma_stage_quant's Mode): f16 values in k order (the FP8 MMAs), f16 values paired as
 // the FP4 nibbles pair (the FP4 f16 MMAs), or the E4M3 codes themselves, each block's even k then its odd k (the
 // wgmma FP4 path: e2m1x8_e4m3's lo / hi words, split by magnitude into two columns; 64 bytes a block).
-constexpr int kStageF16 = 0, kStageF16Paired = 1, kStageE4m3Split = 2;
+// kStageE4m3SplitK: the same columns for the FP8 weights on wgmma (MmaSegment::run_wg8), whose A fragments are the
+// ring's bytes as they are: a lane's 8 codes k 8 tig .. 8 tig + 7 of a row are the MMA's k 4 tig .. 4 tig + 3 and
+// 16 + 4 tig .., so the block's k 8i .. 8i + 3 go first and k 8i + 4 .. 8i + 7 after.
+constexpr int kStageF16 = 0, kStageF16Paired = 1, kStageE4m3Split = 2, kStageE4m3SplitK = 3;
 
-// mma_stage_quant's stores of one block's 32 codes w (4 a word, k order) at dst: kStageE4m3Split ...
+// mma_stage_quant's stores of one block's 32 codes w (4 a word, k order) at dst: kStageE4m3Split(K) ...
+template <bool KHalves = false>
 __device__ __forceinline__ void mma_stage_e4m3_split(const u32* w, u8* dst_bytes) {
-  // k 8i .. 8i + 7 are w[2i], w[2i + 1]: their even k to slots 4i .. 4i + 3, their odd k to 16 + 4i ..; each
-  // code in column 0 when |x| >= 2 (E4M3 exponent field >= 8: bit 6), else in column 1, the other column 0.
-  // Columns: wgmma_desc_col01_lo's layout, 64 bytes a block.
+  // k 8i .. 8i + 7 are w[2i], w[2i + 1]: their even k to slots 4i .. 4i + 3, their odd k to 16 + 4i .. (KHalves:
+  // w[2i] to slots 4i .., w[2i + 1] to 16 + 4i ..); each code in column 0 when |x| >= 2 (E4M3 exponent field >= 8:
+  // bit 6), else in column 1, the other column 0. Columns: wgmma_desc_col01_lo's layout, 64 bytes a block.
   uint4* dst = reinterpret_cast<uint4*>(dst_bytes);
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {  // evens, odds
+  for (int h = 0; h < 2; ++h) {  // evens, odds (KHalves: first, second four of each 8)
     const u32 sel = h ? 0x7531u : 0x6420u;
     u32 hi[4], lo[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const u32 c = prmt(w[2 * i], w[2 * i + 1], sel), big = ((c >> 6) & 0x01010101u) * 0xFFu;
+      const u32 c = KHalves ? w[2 * i + h] : prmt(w[2 * i], w[2 * i + 1], sel), big = ((c >> 6) & 0x01010101u) * 0xFFu;
       hi[i] = c & big, lo[i] = c & ~big;
     }
     dst[2 * h] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
@@ -275,11 +279,13 @@ __device__ __forceinline__ void mma_stage_quant(const float* x, int rows, int K,
     const int r = u / nb, b = u - r * nb;
     xsc[b * 8 + r] = a.s;
     if constexpr (Mode == kStageE4m3Split) mma_stage_e4m3_split(w, xq + r * stride + b * 64);
+    else if constexpr (Mode == kStageE4m3SplitK) mma_stage_e4m3_split<true>(w, xq + r * stride + b * 64);
     else mma_stage_f16<Mode == kStageF16Paired>(w, xq + r * stride + b * 64);
   }
 #if SMELT_WGMMA
   // wgmma reads its B operand through the async proxy: these generic-proxy stores must be made visible to it.
-  if constexpr (Mode == kStageE4m3Split) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  if constexpr (Mode == kStageE4m3Split || Mode == kStageE4m3SplitK)
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 #endif
   __syncthreads();
 }
@@ -778,6 +784,92 @@ struct MmaSegment {
       wgmma_wait<0>();
       if (bb + j0 + G - 1 < b1) fold(bb + j0 + G - 1, scale[G - 1], c[(G - 1) & 1]);
     });
+  }
+
+  // FP8, one token row, sm_90a: run()'s rolled FP8 ring with each block's sums by wgmma over the four warps of a
+  // warpgroup (64 rows: warp q of it rows 16 q ..), the E4M3 weight codes straight from the ring as the A fragments
+  // (no conversion: the mma.sync path spends 8 cvt a block and lane on f16 pairs) against the activation codes staged
+  // kStageE4m3SplitK. NZ: NaN weight codes as 0 (run_wg8_checked). As run_wg, every block of a group runs its wgmmas
+  // (blocks past b1 on stale slots, not folded); acc[m] = rows g, g + 8 of matrix m (lanes tig == 0 hold them).
+  template <bool NZ>
+  __device__ __forceinline__ void run_wg8(int b0, int b1, u32 x0, const float* xsl, float (*acc)[2]) {
+    static_assert(!FP4, "run_wg is FP4's");
+    constexpr int G = SMELT_MMA_GROUP;
+    static_assert(D % G == 0 && G >= 2, "the ring holds whole groups");
+    const int lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+    const u32 dlo = wgmma_desc_col01_lo(x0);
+    auto mma = [&](int slot, int b, float (*c)[4]) {
+      u32 a[NW][4];
+#pragma unroll
+      for (int m = 0; m < NW; ++m) {
+        const u8* st = ring + slot * SB + m * 512 + tig * 8;
+        const uint2 ra = *reinterpret_cast<const uint2*>(st + g * 32);
+        const uint2 rb = *reinterpret_cast<const uint2*>(st + (g + 8) * 32);
+        a[m][0] = ra.x, a[m][1] = rb.x, a[m][2] = ra.y, a[m][3] = rb.y;
+        if (NZ)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) a[m][i] = e4m3x4_nan_to_zero(a[m][i]);
+      }
+      wgmma_fence();
+#pragma unroll
+      for (int m = 0; m < NW; ++m) wgmma_e4m3_64x8x32(c[m], a[m], wgmma_desc(dlo + 4 * u32(b)));
+      wgmma_commit();
+    };
+    auto fold = [&](int b, float (*c)[4]) {
+      const float xs = xsl[b * 8];
+#pragma unroll
+      for (int m = 0; m < NW; ++m) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) wgmma_ready(c[m][i]);
+        const float wa = e8m0_decode(scl[m * nb_ + b - b0_]);
+        const float bs[4] = {__fadd_rn(c[m][0], c[m][1]), 0.f, __fadd_rn(c[m][2], c[m][3]), 0.f};  // the two columns
+        mma_fold<1>(acc[m], bs, xs, 0.f, wa, wa);
+      }
+    };
+    int slot = 0;
+#pragma unroll 1
+    for (int b = b0; b < b1; b += G) {
+      cp_async_wait<D - G>();  // this lane's copies of blocks b .. b + G - 1 have landed ...
+      __syncwarp();            // ... and every lane's
+      float c[2][NW][4];       // two blocks in flight, as run_wg
+      mma(slot, b, c[0]);
+#pragma unroll
+      for (int j = 1; j < G; ++j) {
+        mma(slot + j, b + j, c[j & 1]);
+        if (j == G - 1) {  // the group's fragments are in registers: refill its slots
+          __syncwarp();
+          issue_fp8_group(slot, G, b + D);
+        }
+        wgmma_wait<1>();
+        if (b + j - 1 < b1) fold(b + j - 1, c[(j - 1) & 1]);
+      }
+      wgmma_wait<0>();
+      if (b + G - 1 < b1) fold(b + G - 1, c[(G - 1) & 1]);
+      slot = (slot + G) & (D - 1);
+    }
+  }
+  // run_wg8, then the NZ pass over the segment again when any of the warpgroup's sums is NaN (run_checked's rule; the
+  // pass and its wgmmas are warpgroup-uniform: the four warps vote together through shared flag words).
+  __device__ __forceinline__ void run_wg8_checked(int b0, int b1, u32 x0, const float* xsl, float (*acc)[2],
+                                                  int* wg_flag) {
+    run_wg8<false>(b0, b1, x0, xsl, acc);
+    float t = 0.f;
+#pragma unroll
+    for (int m = 0; m < NW; ++m) t += acc[m][0] + acc[m][1];
+    if (threadIdx.x & 3) t = 0.f;  // lanes tig != 0 fold the MMA's unused columns (bytes after the block)
+    // A warpgroup barrier (named barrier 1 + warpgroup index, 128 threads) around the flag: set, then read by all four.
+    const int wgi = (threadIdx.x >> 7);
+    if ((threadIdx.x & 127) == 0) wg_flag[wgi] = 0;
+    asm volatile("bar.sync %0, 128;" ::"r"(1 + wgi) : "memory");
+    if (__any_sync(0xffffffffu, t != t) && (threadIdx.x & 31) == 0) wg_flag[wgi] = 1;
+    asm volatile("bar.sync %0, 128;" ::"r"(1 + wgi) : "memory");
+    const bool redo = wg_flag[wgi] != 0;
+    asm volatile("bar.sync %0, 128;" ::"r"(1 + wgi) : "memory");  // every read before the next call's reset
+    if (!redo) return;
+#pragma unroll
+    for (int m = 0; m < NW; ++m) acc[m][0] = acc[m][1] = 0.f;
+    prefetch(b0, b1);
+    run_wg8<true>(b0, b1, x0, xsl, acc);
   }
 #endif
 

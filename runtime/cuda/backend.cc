@@ -208,7 +208,7 @@ CudaBackend::CudaBackend(const Plan& plan, const BackendOptions& o) : plan_(plan
     // for the side stream's ops.
     uint64_t scratch = 0, side_scratch = 0;  // the side stream's ops carve their own region
     std::vector<int> act_quant_weights, weight_only_weights;
-    std::vector<uint64_t> zeroed_at;  // per op: the offset of its zeroed memory (Prepare::zeroed_bytes)
+    std::vector<uint64_t> zeroed_at, zeroed_len;  // per op: the offset and size of its zeroed memory
     uint64_t zeroed = 0;
     for (const OpRef& op : plan.ops()) {
       Prepare p;
@@ -216,6 +216,7 @@ CudaBackend::CudaBackend(const Plan& plan, const BackendOptions& o) : plan_(plan
       else prepare_op(plan, op, plan.max_rows(), p);
       scratch = std::max(scratch, p.scratch_bytes);
       zeroed_at.push_back(p.zeroed_bytes ? zeroed : ~uint64_t(0));
+      zeroed_len.push_back(p.zeroed_bytes);
       zeroed += align256(p.zeroed_bytes);
       if (side_on_ && side_kind(op)) side_scratch = std::max(side_scratch, p.scratch_bytes);
       act_quant_weights.insert(act_quant_weights.end(), p.act_quant_weights.begin(), p.act_quant_weights.end());
@@ -277,6 +278,7 @@ CudaBackend::CudaBackend(const Plan& plan, const BackendOptions& o) : plan_(plan
       l.scratch = scratch_;
       l.scratch_bytes = scratch;
       l.zeroed = zeroed_at[k] != ~uint64_t(0) ? zeroed_ + zeroed_at[k] : 0;
+      l.zeroed_bytes = zeroed_len[k];
       l.backend = this;
       l.sms = dev_.sms;
       l.arch = arch_num(arch_);

@@ -55,6 +55,7 @@ struct OpLaunch {
   DevPtr scratch = 0;                    // per-op scratch, as large as the launcher asked at prepare time
   uint64_t scratch_bytes = 0;            // the region's size (the largest op's ask: more than this op's at few rows)
   DevPtr zeroed = 0;                     // this op's own memory, all zeros at every launch (Prepare::zeroed_bytes)
+  uint64_t zeroed_bytes = 0;             // its size
   // A moe_experts op's swiglu_mlp successor on the same input (the shared expert), which this op's one-row decode
   // kernels may run too (backend.cc plan_fusions checked the pair; ops.cc run_experts decides per run), and on the
   // successor: `shared_done`, set by its predecessor each time it runs, when it did (the successor then launches

@@ -45,4 +45,22 @@ inline int mma_wg_ksplit(int64_t wg_tiles, int nb, unsigned blocks) {
 }
 inline int64_t mma_wg_groups(int64_t wg_tiles, int S) { return (wg_tiles * S + 1) / 2; }
 
+// The one-row FP8 linears on wgmma (kernels/linear/linear_mma.cu smelt_gemv_fp8_wgmma, sm_90): 64-row tiles, two
+// warpgroups a block. S = 1: two tiles a block, while that fills the grid; else the largest even S <= 16 whose
+// tiles x S / 2 blocks fit in one round and leave >= 8 blocks of 32 a segment, S / 2 blocks a tile past S = 2 (their
+// partials added by the tile's last block).
+inline int64_t mma_wg_linear_tiles(int64_t N) { return (N + 63) / 64; }
+inline int mma_wg_linear_ksplit(int64_t tiles, int nb, unsigned blocks) {
+  int S = 1;
+  for (int s = 2; s <= 16; s += 2)
+    if (tiles * s / 2 <= int64_t(blocks) && nb / s >= 8) S = s;
+  return S;
+}
+inline int64_t mma_wg_linear_groups(int64_t tiles, int S) { return S == 1 ? (tiles + 1) / 2 : tiles * (S / 2); }
+// Zeroed bytes the split needs: the tiles' counts (a word each, padded to 256 bytes) and their partials (SX = S / 2
+// of 64 floats a tile); 0 at S <= 2.
+inline uint64_t mma_wg_linear_zeroed_bytes(int64_t tiles, int S) {
+  return S <= 2 ? 0 : (uint64_t(tiles) * 4 + 255) / 256 * 256 + uint64_t(tiles) * uint64_t(S / 2) * 64 * 4;
+}
+
 }  // namespace smelt::runtime::cuda

@@ -156,7 +156,8 @@ void linear(Ctx& c, DevPtr x, DevPtr y, const DeviceWeight* w, const DeviceWeigh
   const DevPtr wp = ptr(w), sp = ptr(s);
   if (f.quant) c.reads(w, aq);
   if (aq && f.quant) {
-    if (rows <= 8 && mma_kernels(c.l, 89) && try_linear_mma(c, x, y, f, wp, sp, rows, K, N, scale_after, round))
+    const DevPtr wz = wgmma_linear_zeroed(c, f, K, N);
+    if (rows <= 8 && mma_kernels(c.l, 89) && try_linear_mma(c, x, y, f, wp, sp, rows, K, N, scale_after, round, wz))
       return;  // tensor-core block sums (ops_mma.cc)
     if (rows <= 2 && decode_kernels() && K % 32 == 0) {
       // Decode: act quant + GEMV in one launch laid out for bandwidth, same bits (kernels/linear/gemv_aq.cuh).

@@ -41,11 +41,12 @@ struct Ctx {
     return dry ? 0 : l.scratch + off;
   }
   // A piece of the op's zeroed memory (OpLaunch::zeroed), 256-byte aligned: the op's kernels must leave it zeroed.
-  // 0 in prepare, and where the backend gave the op none (its launchers then take the paths without it).
+  // 0 in prepare, and where the backend gave the op none or too little (a run that carves more than its prepare
+  // did): its launchers then take the paths without it.
   DevPtr zeroed(uint64_t bytes) {
     const uint64_t off = (zeroed_used + 255) / 256 * 256;
     zeroed_used = off + bytes;
-    return dry || !l.zeroed ? 0 : l.zeroed + off;
+    return dry || !l.zeroed || off + bytes > l.zeroed_bytes ? 0 : l.zeroed + off;
   }
 
   template <class... Ts>

@@ -59,11 +59,35 @@ int linear_mma_rows(const OpLaunch& l, int K) {
   return rows;
 }
 
+// The FP8 linears of one row on wgmma (linear_mma.cu smelt_gemv_fp8_wgmma, sm_90), unless $SMELT_CUDA_WGMMA=0 (every
+// wgmma kernel off) or $SMELT_CUDA_WGMMA_LINEAR=0.
+static bool wgmma_linear(const OpLaunch& l, const LinearW& f) {
+  static const bool on = !env_off("SMELT_CUDA_WGMMA") && !env_off("SMELT_CUDA_WGMMA_LINEAR");
+  return on && l.arch == 90 && f.quant && std::string(f.fmt) == "fp8";
+}
+
+DevPtr wgmma_linear_zeroed(Ctx& c, const LinearW& f, int K, int N) {
+  if (K % 32 || N < 1 || !f.quant || std::string(f.fmt) != "fp8" || !(c.dry || wgmma_linear(c.l, f))) return 0;
+  const int64_t tiles = mma_wg_linear_tiles(N);
+  const uint64_t bytes = mma_wg_linear_zeroed_bytes(tiles, mma_wg_linear_ksplit(tiles, K / 32, gemv_blocks(c.l)));
+  return bytes ? c.zeroed(bytes) : 0;
+}
+
 bool try_linear_mma(Ctx& c, DevPtr x, DevPtr y, const LinearW& f, DevPtr w, DevPtr s, int rows, int K, int N,
-                    float scale_after, int round) {
+                    float scale_after, int round, DevPtr wz) {
   if (!f.quant || rows < 1 || N < 1 || rows > linear_mma_rows(c.l, K)) return false;
   const unsigned smem = mma_smem_bytes(K, rows);
   const unsigned blocks = gemv_blocks(c.l);
+  if (rows == 1 && wgmma_linear(c.l, f)) {
+    const int64_t tiles = mma_wg_linear_tiles(N);
+    int S = mma_wg_linear_ksplit(tiles, K / 32, blocks);
+    if (S > 2 && !wz) S = 2;  // no memory for the partials: the block's two warpgroups split K
+    const uint64_t zb = mma_wg_linear_zeroed_bytes(tiles, S), cnt_bytes = (uint64_t(tiles) * 4 + 255) / 256 * 256;
+    const DevPtr cnt = zb ? wz : 0, xpart = zb ? wz + cnt_bytes : 0;
+    c.go("smelt_gemv_fp8_wgmma", unsigned(std::min<int64_t>(mma_wg_linear_groups(tiles, S), blocks)), 1, 1,
+         kMmaWarps * 32, smem, x, y, w, s, K, N, int(f.blk), scale_after, round, S, xpart, cnt);
+    return true;
+  }
   const int64_t tiles = (int64_t(N) + 15) / 16;
   const int S = ksplit(tiles, K / 32, blocks, N);
   const std::string name = std::string("smelt_gemv_") + f.fmt + "_mma";

@@ -8,9 +8,13 @@ namespace smelt::runtime::cuda::detail {
 
 // The most rows (<= 8) whose staging of K the act-quant tensor-core GEMVs fit in shared memory; 0 when K % 32.
 int linear_mma_rows(const OpLaunch& l, int K);
-// y = act_quant(x) W^T for rows <= linear_mma_rows(K) (the act-quant branch of linear()).
+// y = act_quant(x) W^T for rows <= linear_mma_rows(K) (the act-quant branch of linear()). One FP8 row on sm_90: the
+// wgmma kernel, its K split across blocks only when `wz` (the linear's zeroed memory, wgmma_linear_zeroed) is given.
 bool try_linear_mma(Ctx& c, DevPtr x, DevPtr y, const LinearW& f, DevPtr w, DevPtr s, int rows, int K, int N,
-                    float scale_after, int round);
+                    float scale_after, int round, DevPtr wz = 0);
+// The zeroed memory an FP8 act-quant linear's one-row wgmma launch may split K with, carved from the op's (at every
+// row count, so that prepare and run carve alike; 0 off sm_90, where the prepare could not know the arch, it carves).
+DevPtr wgmma_linear_zeroed(Ctx& c, const LinearW& f, int K, int N);
 
 // The V4.1 expert FFN of one row with the model's numerics (run_experts): up and down; swiglu_mlp's down kernel
 // applies the op's bf16 round (`a.round`).

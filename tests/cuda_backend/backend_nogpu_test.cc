@@ -13,6 +13,7 @@
 #include "runtime/cuda/driver.h"
 #include "runtime/cuda/kernel_args.h"
 #include "runtime/cuda/launch.h"
+#include "runtime/cuda/mma_split.h"
 #include "runtime/cuda/nccl.h"
 #include "runtime/inspect.h"
 
@@ -216,12 +217,38 @@ TEST(CudaLaunchers, SideStreamSharedExpertDownWaitsForItsUp) {
 }
 #endif
 
+// The one-row FP8 wgmma linears' K split (runtime/cuda/mma_split.h) on the V4.1-Flash shapes (K x N) for an H200's 264
+// block slots: one round of the grid, >= 8 blocks of 32 a segment, S = 1 or even (the kernel's two warpgroups a tile
+// past S = 1), the zeroed memory only where blocks share a tile; and where the tiles fill the grid at S = 1 it stays.
+TEST(CudaLaunchers, WgmmaLinearSplitsFillOneRound) {
+  namespace rc = smelt::runtime::cuda;
+  const int shapes[][2] = {{5120, 1280}, {1280, 32768}, {5120, 512}, {8192, 5120}, {1280, 4096}, {6144, 25600}};
+  for (const auto& sh : shapes) {
+    const int K = sh[0], N = sh[1], nb = K / 32;
+    const int64_t tiles = rc::mma_wg_linear_tiles(N);
+    const int S = rc::mma_wg_linear_ksplit(tiles, nb, 264);
+    const std::string what = std::to_string(K) + " x " + std::to_string(N) + ", S " + std::to_string(S);
+    EXPECT_TRUE(S == 1 || (S % 2 == 0 && S <= 16)) << what;
+    EXPECT_LE(rc::mma_wg_linear_groups(tiles, S), 264) << what;
+    if (S > 1) {
+      EXPECT_GE(nb / S, 8) << what;
+    }
+    if (S > 1 && S < 16) {  // the next split would not fit in one round or would leave segments shorter than 8 blocks
+      EXPECT_TRUE(tiles * (S + 2) / 2 > 264 || nb / (S + 2) < 8) << what;
+    }
+    EXPECT_EQ(rc::mma_wg_linear_zeroed_bytes(tiles, S) > 0, S > 2) << what;
+  }
+  EXPECT_EQ(rc::mma_wg_linear_ksplit(512, 40, 264), 1);  // wq_b: 256 blocks of two tiles
+  EXPECT_EQ(rc::mma_wg_linear_ksplit(80, 256, 264), 6);  // wo_b: 240 blocks, three a tile
+}
+
 #ifdef SMELT_CUDA_TEST_PLAN_V41
 // Chunks of several rows (prefill, draft verification) on sm_89+ run the decode tensor-core kernels
 // (runtime/cuda/ops.cc, docs/performance.md "Session 19"): an act-quant linear in groups of the most rows whose
 // staging fits shared memory (ops_mma.cc linear_mma_rows; K = 256 here: 8), each group's x and y offset by its first
 // row; the FP4 experts a row at a time, each row's x offset by the row. A row alone is one launch of the same
-// kernel. smelt_gemv_fp8_mma's arguments: x, y, w, s, rows, ...; the experts' up: x, ...
+// kernel (on sm_90 the one-row wgmma kernel). smelt_gemv_fp8_mma's arguments: x, y, w, s, rows, ...; the experts' up:
+// x, ...
 TEST(CudaLaunchers, ChunksRunTheDecodeTensorCoreKernels) {
   smelt::runtime::Plan plan = smelt::runtime::Plan::load(SMELT_CUDA_TEST_PLAN_V41);
   const smelt::runtime::OpRef *lin = nullptr, *moe = nullptr;
@@ -240,8 +267,10 @@ TEST(CudaLaunchers, ChunksRunTheDecodeTensorCoreKernels) {
       FakeLaunch one(plan, *lin, 1, rec, arch, 132);
       cuda::run_op(one.l);
       ASSERT_EQ(rec.launches.size(), 1u);
-      EXPECT_EQ(rec.launches[0].first, "smelt_gemv_fp8_mma");
-      EXPECT_EQ(uint32_t(rec.args[0][4]), 1u);
+      // one FP8 row on sm_90: the wgmma kernel (x, y, w, s, K, N, ...)
+      const bool wg = arch == 90;
+      EXPECT_EQ(rec.launches[0].first, wg ? "smelt_gemv_fp8_wgmma" : "smelt_gemv_fp8_mma");
+      EXPECT_EQ(uint32_t(rec.args[0][4]), wg ? uint32_t(K) : 1u);
     }
     rec.launches.clear(), rec.args.clear();
     const int rows = 19;  // groups of 8, 8, 3
@@ -286,7 +315,7 @@ TEST(CudaLaunchers, ChunksRunTheDecodeTensorCoreKernels) {
       for (bool zeroed : {false, true}) {
         rec.launches.clear(), rec.args.clear(), rec.ew.clear();
         FakeLaunch ex(plan, *moe, r, rec, arch, 132);
-        if (zeroed) ex.l.zeroed = 0x400000000ull;
+        if (zeroed) ex.l.zeroed = 0x400000000ull, ex.l.zeroed_bytes = 1 << 20;
         cuda::run_op(ex.l);
         int counted = 0;
         for (size_t k = 0; k < rec.launches.size(); ++k) {

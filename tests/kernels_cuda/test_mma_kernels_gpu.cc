@@ -211,6 +211,79 @@ TEST(CudaMmaKernels, GemvFp8NanCodesCountAsZero) {
   expect_close(gpu().get<float>(y1, size_t(rows) * N), gpu().get<float>(y0, size_t(rows) * N), A, false, "nan", st);
 }
 
+bool has_wgmma() { return gpu().arch() == "sm_90"; }
+
+// The one-row FP8 linear on wgmma (smelt_gemv_fp8_wgmma, sm_90): within kTolWgmma of the exact kernel, and the same
+// bits when run again (its K split across S / 2 blocks adds the partials in their order whichever block comes last,
+// and the tile counts in its zeroed memory must be back at zero for the next launch).
+void run_linear_wg(int K, int N, int blk, int S, unsigned grid, int round, float scale_after, uint32_t seed,
+                   Stats& st, Weights* given = nullptr) {
+  namespace rc = smelt::runtime::cuda;
+  const Weights W = given ? *given : make_weights(false, N, K, blk, seed);
+  auto x = randn(size_t(K), seed + 7, 2.f);
+  x[0] = 0.f, x[1] = 1e-7f, x[2] = 600.f;
+  const auto A = abs_mass(x, 1, W);
+  std::vector<double> As(A);
+  for (auto& v : As) v *= std::fabs(scale_after);
+  DevPtr dx = gpu().put(x), dw = gpu().put_aq(W.w, N, K, false), ds = gpu().put(W.s);
+  DevPtr y0 = gpu().alloc(size_t(N) * 4), y1 = gpu().alloc(size_t(N) * 4), y2 = gpu().alloc(size_t(N) * 4);
+  const int64_t tiles = rc::mma_wg_linear_tiles(N);
+  const uint64_t zb = rc::mma_wg_linear_zeroed_bytes(tiles, S), cb = (uint64_t(tiles) * 4 + 255) / 256 * 256;
+  DevPtr z = gpu().alloc(std::max<uint64_t>(zb, 256));
+  const DevPtr cnt = zb ? z : 0, xpart = zb ? z + cb : 0;
+  gpu().launch("linear", "smelt_gemv_fp8_aq", 8, 1, 1, 512, gemv_aq_smem(K, 1, 4, 1, false), dx, y0, dw, ds, K, N, blk,
+               scale_after, round, 4);
+  for (DevPtr y : {y1, y2})
+    gpu().launch("linear", "smelt_gemv_fp8_wgmma", grid, 1, 1, 256, mma_smem(K, 1), dx, y, dw, ds, K, N, blk,
+                 scale_after, round, S, xpart, cnt);
+  const std::string what = "fp8 wgmma K " + std::to_string(K) + " N " + std::to_string(N) + " blk " +
+                           std::to_string(blk) + " S " + std::to_string(S) + " grid " + std::to_string(grid);
+  const auto v1 = gpu().get<float>(y1, size_t(N));
+  expect_close(v1, gpu().get<float>(y0, size_t(N)), As, round != 0, what, st);
+  expect_bits_equal(gpu().get<float>(y2, size_t(N)), v1, what + " (second launch)");
+  if (zb) {
+    for (uint32_t v : gpu().get<uint32_t>(cnt, size_t(tiles))) ASSERT_EQ(v, 0u) << what << ": a tile count left";
+  }
+}
+
+// Partial tiles (N % 64 != 0, N % 16 != 0), every kind of split (two tiles a block, K over the two warpgroups, over
+// 2, 3 and 8 blocks a tile), persistent grids smaller than the groups, bf16 + scale, 32- and 128-blocks of scales.
+TEST(CudaMmaKernels, GemvFp8WgmmaWithinToleranceOfTheExactKernel) {
+  NEED_MMA();
+  if (!has_wgmma()) GTEST_SKIP() << "wgmma needs sm_90";
+  namespace rc = smelt::runtime::cuda;
+  Stats st{kTolWgmma};
+  for (int S : {1, 2, 4, 6, 16})
+    for (unsigned grid : {2u, 64u}) run_linear_wg(1024, 200, 128, S, grid, 0, 1.f, 10 + S, st);
+  run_linear_wg(1280, 77, 32, 4, 3, 1, 0.75f, 40, st);
+  run_linear_wg(96, 33, 32, 1, 1, 0, 1.f, 41, st);
+  st.print("fp8 gemv on wgmma, small shapes");
+  // The V4.1-Flash shapes (K x N: wq_a, wq_b, wkv, wo_b, the indexer's wq_b) with the launcher's split and grid.
+  Stats real{kTolWgmma};
+  const int shapes[][2] = {{5120, 1280}, {1280, 32768}, {5120, 512}, {8192, 5120}, {1280, 4096}};
+  for (const auto& sh : shapes)
+    for (int blk : {32, 128}) {
+      const int K = sh[0], N = sh[1];
+      const int64_t tiles = rc::mma_wg_linear_tiles(N);
+      const int S = rc::mma_wg_linear_ksplit(tiles, K / 32, 264);
+      const unsigned grid = unsigned(std::min<int64_t>(rc::mma_wg_linear_groups(tiles, S), 264));
+      run_linear_wg(K, N, blk, S, grid, 1, 1.f, 100 + K + blk, real);
+    }
+  real.print("fp8 gemv on wgmma, V4.1-Flash shapes");
+}
+
+// NaN weight codes count as 0 on wgmma too (the warpgroup's segment redone with them zeroed).
+TEST(CudaMmaKernels, GemvFp8WgmmaNanCodesCountAsZero) {
+  NEED_MMA();
+  if (!has_wgmma()) GTEST_SKIP() << "wgmma needs sm_90";
+  const int K = 512, N = 140;
+  Weights W = make_weights(false, N, K, 128, 77);
+  for (int n = 0; n < N; n += 3) W.w[size_t(n) * K + size_t(n % 16) * 32 + 5] = (n & 1) ? 0xFF : 0x7F;
+  Stats st{kTolWgmma};
+  for (int S : {1, 2, 4}) run_linear_wg(K, N, 128, S, 2, 0, 1.f, 78, st, &W);
+  st.print("fp8 gemv on wgmma, NaN codes");
+}
+
 // Experts: up (g, u, swiglu) and down of the selected experts against the _aq_dec kernels; an invalid slot.
 // wg: the wgmma kernels (FP4, sm_90: smelt_moe_*_fp4_wgmma, 64-row tiles of a warpgroup, K split <= 2).
 // outlier: x[k] *= outlier at k % 32 == 5 (an activation far above the rest of its block, as the models have).
@@ -310,8 +383,6 @@ void run_moe(bool fp4, int E, int D, int F, const std::vector<int32_t>& idx, boo
   expect_close(gpu().get<float>(o1, size_t(topk) * D), gpu().get<float>(o0, size_t(topk) * D), Ad, model,
                what + " down", st);
 }
-
-bool has_wgmma() { return gpu().arch() == "sm_90"; }
 
 TEST(CudaMmaKernels, MoeWithinToleranceOfTheExactKernels) {
   NEED_MMA();

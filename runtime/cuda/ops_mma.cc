@@ -59,17 +59,26 @@ int linear_mma_rows(const OpLaunch& l, int K) {
   return rows;
 }
 
-// The FP8 linears of one row on wgmma (linear_mma.cu smelt_gemv_fp8_wgmma, sm_90), unless $SMELT_CUDA_WGMMA=0 (every
-// wgmma kernel off) or $SMELT_CUDA_WGMMA_LINEAR=0.
-static bool wgmma_linear(const OpLaunch& l, const LinearW& f) {
-  static const bool on = !env_off("SMELT_CUDA_WGMMA") && !env_off("SMELT_CUDA_WGMMA_LINEAR");
-  return on && l.arch == 90 && f.quant && std::string(f.fmt) == "fp8";
+// Which one-row FP8 linears take the wgmma kernel (linear_mma.cu smelt_gemv_fp8_wgmma, sm_90): the split rule's S
+// for the shape, or 0 for the mma.sync kernel. $SMELT_CUDA_WGMMA_LINEAR (A/B timing): "short" (default) the shapes
+// whose tiles fill the grid without a cross-block split and whose K walk is short (nb <= 64), "fill" every shape
+// without a cross-block split, "all" every shape, 0 none ($SMELT_CUDA_WGMMA=0: no wgmma kernel at all).
+static int wgmma_linear_split(int arch, const LinearW& f, int K, int N, unsigned blocks) {
+  static const int mode = env_off("SMELT_CUDA_WGMMA") || env_off("SMELT_CUDA_WGMMA_LINEAR") ? 0
+                          : env_is("SMELT_CUDA_WGMMA_LINEAR", "all")                         ? 3
+                          : env_is("SMELT_CUDA_WGMMA_LINEAR", "fill")                        ? 2
+                                                                                             : 1;
+  if (!mode || arch != 90 || !f.quant || std::string(f.fmt) != "fp8" || K % 32 || N < 1) return 0;
+  const int S = mma_wg_linear_ksplit(mma_wg_linear_tiles(N), K / 32, blocks);
+  if (mode == 3) return S;
+  if (S > 2 || (mode == 1 && K / 32 > 64)) return 0;
+  return S;
 }
 
 DevPtr wgmma_linear_zeroed(Ctx& c, const LinearW& f, int K, int N) {
-  if (K % 32 || N < 1 || !f.quant || std::string(f.fmt) != "fp8" || !(c.dry || wgmma_linear(c.l, f))) return 0;
-  const int64_t tiles = mma_wg_linear_tiles(N);
-  const uint64_t bytes = mma_wg_linear_zeroed_bytes(tiles, mma_wg_linear_ksplit(tiles, K / 32, gemv_blocks(c.l)));
+  // prepare does not know the arch: it carves what sm_90 would
+  const int S = wgmma_linear_split(c.dry ? 90 : c.l.arch, f, K, N, gemv_blocks(c.l));
+  const uint64_t bytes = S ? mma_wg_linear_zeroed_bytes(mma_wg_linear_tiles(N), S) : 0;
   return bytes ? c.zeroed(bytes) : 0;
 }
 
@@ -78,9 +87,8 @@ bool try_linear_mma(Ctx& c, DevPtr x, DevPtr y, const LinearW& f, DevPtr w, DevP
   if (!f.quant || rows < 1 || N < 1 || rows > linear_mma_rows(c.l, K)) return false;
   const unsigned smem = mma_smem_bytes(K, rows);
   const unsigned blocks = gemv_blocks(c.l);
-  if (rows == 1 && wgmma_linear(c.l, f)) {
+  if (int S = rows == 1 ? wgmma_linear_split(c.l.arch, f, K, N, blocks) : 0) {
     const int64_t tiles = mma_wg_linear_tiles(N);
-    int S = mma_wg_linear_ksplit(tiles, K / 32, blocks);
     if (S > 2 && !wz) S = 2;  // no memory for the partials: the block's two warpgroups split K
     const uint64_t zb = mma_wg_linear_zeroed_bytes(tiles, S), cnt_bytes = (uint64_t(tiles) * 4 + 255) / 256 * 256;
     const DevPtr cnt = zb ? wz : 0, xpart = zb ? wz + cnt_bytes : 0;

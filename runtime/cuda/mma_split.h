@@ -50,9 +50,9 @@ inline int64_t mma_wg_groups(int64_t wg_tiles, int S) { return (wg_tiles * S + 1
 // tiles x S / 2 blocks fit in one round and leave >= 8 blocks of 32 a segment, S / 2 blocks a tile past S = 2 (their
 // partials added by the tile's last block).
 inline int64_t mma_wg_linear_tiles(int64_t N) { return (N + 63) / 64; }
-inline int mma_wg_linear_ksplit(int64_t tiles, int nb, unsigned blocks) {
+inline int mma_wg_linear_ksplit(int64_t tiles, int nb, unsigned blocks, int smax = 16) {
   int S = 1;
-  for (int s = 2; s <= 16; s += 2)
+  for (int s = 2; s <= smax; s += 2)
     if (tiles * s / 2 <= int64_t(blocks) && nb / s >= 8) S = s;
   return S;
 }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <string>
 
@@ -60,16 +61,23 @@ int linear_mma_rows(const OpLaunch& l, int K) {
 }
 
 // Which one-row FP8 linears take the wgmma kernel (linear_mma.cu smelt_gemv_fp8_wgmma, sm_90): the split rule's S
-// for the shape, or 0 for the mma.sync kernel. $SMELT_CUDA_WGMMA_LINEAR (A/B timing): "short" (default) the shapes
-// whose tiles fill the grid without a cross-block split and whose K walk is short (nb <= 64), "fill" every shape
-// without a cross-block split, "all" every shape, 0 none ($SMELT_CUDA_WGMMA=0: no wgmma kernel at all).
+// for the shape, or 0 for the mma.sync kernel. $SMELT_CUDA_WGMMA_LINEAR (A/B timing): every shape by default; "short"
+// the shapes whose tiles fill the grid without a cross-block split and whose K walk is short (nb <= 64), "fill" every
+// shape without a cross-block split, 0 none ($SMELT_CUDA_WGMMA=0: no wgmma kernel at all). Mixing the two kernels
+// in a step measured slower than either alone (H200: "short" / "fill" 1.121-1.130 ms, none 1.103-1.108, all
+// 1.092-1.099). $SMELT_CUDA_WGMMA_LINEAR_SMAX caps the rule's S (tuning).
 static int wgmma_linear_split(int arch, const LinearW& f, int K, int N, unsigned blocks) {
   static const int mode = env_off("SMELT_CUDA_WGMMA") || env_off("SMELT_CUDA_WGMMA_LINEAR") ? 0
-                          : env_is("SMELT_CUDA_WGMMA_LINEAR", "all")                         ? 3
+                          : env_is("SMELT_CUDA_WGMMA_LINEAR", "short")                       ? 1
                           : env_is("SMELT_CUDA_WGMMA_LINEAR", "fill")                        ? 2
-                                                                                             : 1;
+                                                                                             : 3;
+  static const int smax = [] {
+    const char* e = std::getenv("SMELT_CUDA_WGMMA_LINEAR_SMAX");
+    const int v = e ? std::atoi(e) : 16;
+    return v >= 1 && v <= 16 ? v : 16;
+  }();
   if (!mode || arch != 90 || !f.quant || std::string(f.fmt) != "fp8" || K % 32 || N < 1) return 0;
-  const int S = mma_wg_linear_ksplit(mma_wg_linear_tiles(N), K / 32, blocks);
+  const int S = mma_wg_linear_ksplit(mma_wg_linear_tiles(N), K / 32, blocks, smax);
   if (mode == 3) return S;
   if (S > 2 || (mode == 1 && K / 32 > 64)) return 0;
   return S;

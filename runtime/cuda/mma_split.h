@@ -46,11 +46,12 @@ inline int mma_wg_ksplit(int64_t wg_tiles, int nb, unsigned blocks) {
 inline int64_t mma_wg_groups(int64_t wg_tiles, int S) { return (wg_tiles * S + 1) / 2; }
 
 // The one-row FP8 linears on wgmma (kernels/linear/linear_mma.cu smelt_gemv_fp8_wgmma, sm_90): 64-row tiles, two
-// warpgroups a block. S = 1: two tiles a block, while that fills the grid; else the largest even S <= 16 whose
+// warpgroups a block. S = 1: two tiles a block, while that fills the grid; else the largest even S <= smax whose
 // tiles x S / 2 blocks fit in one round and leave >= 8 blocks of 32 a segment, S / 2 blocks a tile past S = 2 (their
-// partials added by the tile's last block).
+// partials added by the tile's last block). smax 8: the step (H200, V4.1 slice) 1.089-1.092 ms at 16, 1.078-1.079 at
+// 8, 1.079-1.085 at 4, 1.131 at 2 (no cross-block split), 1.098-1.101 on the mma.sync kernel.
 inline int64_t mma_wg_linear_tiles(int64_t N) { return (N + 63) / 64; }
-inline int mma_wg_linear_ksplit(int64_t tiles, int nb, unsigned blocks, int smax = 16) {
+inline int mma_wg_linear_ksplit(int64_t tiles, int nb, unsigned blocks, int smax = 8) {
   int S = 1;
   for (int s = 2; s <= smax; s += 2)
     if (tiles * s / 2 <= int64_t(blocks) && nb / s >= 8) S = s;

@@ -73,8 +73,8 @@ static int wgmma_linear_split(int arch, const LinearW& f, int K, int N, unsigned
                                                                                              : 3;
   static const int smax = [] {
     const char* e = std::getenv("SMELT_CUDA_WGMMA_LINEAR_SMAX");
-    const int v = e ? std::atoi(e) : 16;
-    return v >= 1 && v <= 16 ? v : 16;
+    const int v = e ? std::atoi(e) : 8;
+    return v >= 1 && v <= 16 ? v : 8;
   }();
   if (!mode || arch != 90 || !f.quant || std::string(f.fmt) != "fp8" || K % 32 || N < 1) return 0;
   const int S = mma_wg_linear_ksplit(mma_wg_linear_tiles(N), K / 32, blocks, smax);

@@ -228,18 +228,19 @@ TEST(CudaLaunchers, WgmmaLinearSplitsFillOneRound) {
     const int64_t tiles = rc::mma_wg_linear_tiles(N);
     const int S = rc::mma_wg_linear_ksplit(tiles, nb, 264);
     const std::string what = std::to_string(K) + " x " + std::to_string(N) + ", S " + std::to_string(S);
-    EXPECT_TRUE(S == 1 || (S % 2 == 0 && S <= 16)) << what;
+    EXPECT_TRUE(S == 1 || (S % 2 == 0 && S <= 8)) << what;
     EXPECT_LE(rc::mma_wg_linear_groups(tiles, S), 264) << what;
     if (S > 1) {
       EXPECT_GE(nb / S, 8) << what;
     }
-    if (S > 1 && S < 16) {  // the next split would not fit in one round or would leave segments shorter than 8 blocks
+    if (S > 1 && S < 8) {  // the next split would not fit in one round or would leave segments shorter than 8 blocks
       EXPECT_TRUE(tiles * (S + 2) / 2 > 264 || nb / (S + 2) < 8) << what;
     }
     EXPECT_EQ(rc::mma_wg_linear_zeroed_bytes(tiles, S) > 0, S > 2) << what;
   }
   EXPECT_EQ(rc::mma_wg_linear_ksplit(512, 40, 264), 1);  // wq_b: 256 blocks of two tiles
   EXPECT_EQ(rc::mma_wg_linear_ksplit(80, 256, 264), 6);  // wo_b: 240 blocks, three a tile
+  EXPECT_EQ(rc::mma_wg_linear_ksplit(20, 160, 264), 8);  // wq_a: 80 blocks, four a tile (the cap)
 }
 
 #ifdef SMELT_CUDA_TEST_PLAN_V41

@@ -76,8 +76,20 @@ static int wgmma_linear_split(int arch, const LinearW& f, int K, int N, unsigned
     const int v = e ? std::atoi(e) : 8;
     return v >= 1 && v <= 16 ? v : 8;
   }();
+  // $SMELT_CUDA_WG_KSPLIT=KxN:S,... (tuning): S (1 or even, <= 16) for those shapes
+  static const std::map<std::pair<int64_t, int64_t>, int> forced = [] {
+    std::map<std::pair<int64_t, int64_t>, int> m;
+    for (const std::string& item : env_names("SMELT_CUDA_WG_KSPLIT")) {
+      long long k = 0, n = 0;
+      int S = 0;
+      if (std::sscanf(item.c_str(), "%lldx%lld:%d", &k, &n, &S) == 3 && (S == 1 || (S % 2 == 0 && S >= 2 && S <= 16)))
+        m[{k, n}] = S;
+    }
+    return m;
+  }();
   if (!mode || arch != 90 || !f.quant || std::string(f.fmt) != "fp8" || K % 32 || N < 1) return 0;
-  const int S = mma_wg_linear_ksplit(mma_wg_linear_tiles(N), K / 32, blocks, smax);
+  const auto it = forced.find({K, N});
+  const int S = it != forced.end() ? it->second : mma_wg_linear_ksplit(mma_wg_linear_tiles(N), K / 32, blocks, smax);
   if (mode == 3) return S;
   if (S > 2 || (mode == 1 && K / 32 > 64)) return 0;
   return S;

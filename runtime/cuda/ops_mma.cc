@@ -63,13 +63,14 @@ int linear_mma_rows(const OpLaunch& l, int K) {
 // Which one-row FP8 linears take the wgmma kernel (linear_mma.cu smelt_gemv_fp8_wgmma, sm_90): the split rule's S
 // for the shape, or 0 for the mma.sync kernel. $SMELT_CUDA_WGMMA_LINEAR (A/B timing): every shape by default; "short"
 // the shapes whose tiles fill the grid without a cross-block split and whose K walk is short (nb <= 64), "fill" every
-// shape without a cross-block split, 0 none ($SMELT_CUDA_WGMMA=0: no wgmma kernel at all). Mixing the two kernels
+// shape without a cross-block split, "nolong" all but those at S = 1 with nb > 64, 0 none ($SMELT_CUDA_WGMMA=0: no wgmma kernel at all). Mixing the two kernels
 // in a step measured slower than either alone (H200: "short" / "fill" 1.121-1.130 ms, none 1.103-1.108, all
 // 1.092-1.099). $SMELT_CUDA_WGMMA_LINEAR_SMAX caps the rule's S (tuning).
 static int wgmma_linear_split(int arch, const LinearW& f, int K, int N, unsigned blocks) {
   static const int mode = env_off("SMELT_CUDA_WGMMA") || env_off("SMELT_CUDA_WGMMA_LINEAR") ? 0
                           : env_is("SMELT_CUDA_WGMMA_LINEAR", "short")                       ? 1
                           : env_is("SMELT_CUDA_WGMMA_LINEAR", "fill")                        ? 2
+                          : env_is("SMELT_CUDA_WGMMA_LINEAR", "nolong")                      ? 4
                                                                                              : 3;
   static const int smax = [] {
     const char* e = std::getenv("SMELT_CUDA_WGMMA_LINEAR_SMAX");
@@ -91,6 +92,7 @@ static int wgmma_linear_split(int arch, const LinearW& f, int K, int N, unsigned
   const auto it = forced.find({K, N});
   const int S = it != forced.end() ? it->second : mma_wg_linear_ksplit(mma_wg_linear_tiles(N), K / 32, blocks, smax);
   if (mode == 3) return S;
+  if (mode == 4) return S == 1 && K / 32 > 64 ? 0 : S;  // all but the long one-tile-a-warpgroup walks (Engram's)
   if (S > 2 || (mode == 1 && K / 32 > 64)) return 0;
   return S;
 }

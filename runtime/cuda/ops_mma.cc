@@ -21,18 +21,21 @@ constexpr int kMmaDownTpw = 2;  // gemv_mma.cuh SMELT_MMA_DOWN_TPW: a down tile 
 // sm_89 / sm_120 99 KB a block (their opt-in limit; K = 8192 at one row takes 96.1 KB).
 unsigned mma_smem_max(const OpLaunch& l) { return l.arch == 90 ? 110u * 1024 : 99u * 1024; }
 
+// $var=KxN:S,... (tuning): the K split S of each listed linear shape (K x N) where ok(S).
+std::map<std::pair<int64_t, int64_t>, int> env_shape_splits(const char* var, bool (*ok)(int)) {
+  std::map<std::pair<int64_t, int64_t>, int> m;
+  for (const std::string& item : env_names(var)) {
+    long long K = 0, n = 0;
+    int S = 0;
+    if (std::sscanf(item.c_str(), "%lldx%lld:%d", &K, &n, &S) == 3 && ok(S)) m[{K, n}] = S;
+  }
+  return m;
+}
+
 // mma_split.h's rule; $SMELT_CUDA_KSPLIT=KxN:S,... (tuning) sets the split of those linear shapes.
 int ksplit(int64_t tiles, int nb, unsigned blocks, int64_t N = 0) {
-  static const std::map<std::pair<int64_t, int64_t>, int> forced = [] {
-    std::map<std::pair<int64_t, int64_t>, int> m;
-    for (const std::string& item : env_names("SMELT_CUDA_KSPLIT")) {
-      long long K = 0, n = 0;
-      int S = 0;
-      if (std::sscanf(item.c_str(), "%lldx%lld:%d", &K, &n, &S) == 3 && (S == 1 || S == 2 || S == 4 || S == 8))
-        m[{K, n}] = S;
-    }
-    return m;
-  }();
+  static const std::map<std::pair<int64_t, int64_t>, int> forced =
+      env_shape_splits("SMELT_CUDA_KSPLIT", [](int S) { return S == 1 || S == 2 || S == 4 || S == 8; });
   if (N > 0)
     if (auto it = forced.find({int64_t(nb) * 32, N}); it != forced.end()) return it->second;
   return mma_ksplit(tiles, nb, blocks);
@@ -63,9 +66,10 @@ int linear_mma_rows(const OpLaunch& l, int K) {
 // Which one-row FP8 linears take the wgmma kernel (linear_mma.cu smelt_gemv_fp8_wgmma, sm_90): the split rule's S
 // for the shape, or 0 for the mma.sync kernel. $SMELT_CUDA_WGMMA_LINEAR (A/B timing): every shape by default; "short"
 // the shapes whose tiles fill the grid without a cross-block split and whose K walk is short (nb <= 64), "fill" every
-// shape without a cross-block split, "nolong" all but those at S = 1 with nb > 64, 0 none ($SMELT_CUDA_WGMMA=0: no wgmma kernel at all). Mixing the two kernels
-// in a step measured slower than either alone (H200: "short" / "fill" 1.121-1.130 ms, none 1.103-1.108, all
-// 1.092-1.099). $SMELT_CUDA_WGMMA_LINEAR_SMAX caps the rule's S (tuning).
+// shape without a cross-block split, "nolong" all but those at S = 1 with nb > 64, 0 none ($SMELT_CUDA_WGMMA=0: no
+// wgmma kernel at all). Mixing the two kernels in a step measured slower than either alone (H200: "short" / "fill"
+// 1.121-1.130 ms, "nolong" +5 us, none 1.103-1.108, all 1.092-1.099 at the cap of 16; docs/performance.md "Session
+// 28"). $SMELT_CUDA_WGMMA_LINEAR_SMAX caps the rule's S (tuning; 8 by default).
 static int wgmma_linear_split(int arch, const LinearW& f, int K, int N, unsigned blocks) {
   static const int mode = env_off("SMELT_CUDA_WGMMA") || env_off("SMELT_CUDA_WGMMA_LINEAR") ? 0
                           : env_is("SMELT_CUDA_WGMMA_LINEAR", "short")                       ? 1
@@ -78,16 +82,8 @@ static int wgmma_linear_split(int arch, const LinearW& f, int K, int N, unsigned
     return v >= 1 && v <= 16 ? v : 8;
   }();
   // $SMELT_CUDA_WG_KSPLIT=KxN:S,... (tuning): S (1 or even, <= 16) for those shapes
-  static const std::map<std::pair<int64_t, int64_t>, int> forced = [] {
-    std::map<std::pair<int64_t, int64_t>, int> m;
-    for (const std::string& item : env_names("SMELT_CUDA_WG_KSPLIT")) {
-      long long k = 0, n = 0;
-      int S = 0;
-      if (std::sscanf(item.c_str(), "%lldx%lld:%d", &k, &n, &S) == 3 && (S == 1 || (S % 2 == 0 && S >= 2 && S <= 16)))
-        m[{k, n}] = S;
-    }
-    return m;
-  }();
+  static const std::map<std::pair<int64_t, int64_t>, int> forced =
+      env_shape_splits("SMELT_CUDA_WG_KSPLIT", [](int S) { return S == 1 || (S % 2 == 0 && S >= 2 && S <= 16); });
   if (!mode || arch != 90 || !f.quant || std::string(f.fmt) != "fp8" || K % 32 || N < 1) return 0;
   const auto it = forced.find({K, N});
   const int S = it != forced.end() ? it->second : mma_wg_linear_ksplit(mma_wg_linear_tiles(N), K / 32, blocks, smax);

@@ -1,4 +1,5 @@
-// Tuning bench of the tensor-core decode GEMVs (kernels/linear/gemv_mma.cuh: smelt_gemv_fp8_mma, smelt_moe_*_mma)
+// Tuning bench of the tensor-core decode GEMVs (kernels/linear/gemv_mma.cuh: smelt_gemv_fp8_mma, smelt_moe_*_mma; the
+// "wg" variants: smelt_gemv_fp8_wgmma and the FP4 experts on wgmma, what the runtime launches on sm_90)
 // at the V4.1-Flash decode shapes: every variant of the plan-time knobs (SMELT_MMA_RING_BYTES, _MIN_BLOCKS, _GROUP,
 // _TPW, _L2PF; SMELT_W_TILED) x launch shape (blocks per multiprocessor, K split), timed on the GPU against the device copy bandwidth
 // measured in the same run. A benchmark, not a test: it checks nothing (test_mma_kernels_gpu does).
@@ -270,9 +271,13 @@ int run(const std::string& dir, int iters, const std::string& only, const std::s
         unsigned smem;
         double bytes;
         int wr = 1;  // warps a tile: 4 for the wgmma kernels (a warpgroup; K split <= 2)
+        bool wgl = false;  // the FP8 linear on wgmma (64-row tiles, K split 1 or even, across blocks past 2)
       };
       std::vector<L> ls;
-      if (sh.kind == kLinear) {
+      if (sh.kind == kLinear && v->wg) {  // ops_mma.cc's one-row FP8 linear on sm_90
+        ls.push_back({lin, "smelt_gemv_fp8_wgmma", K, smelt::runtime::cuda::mma_wg_linear_tiles(N),
+                      mma_smem(K, 1, v->ring), bytes, 4, true});
+      } else if (sh.kind == kLinear) {
         ls.push_back({lin, "smelt_gemv_fp8_mma", K, (N + 16 * v->tpw - 1) / (16 * v->tpw), mma_smem(K, 1, v->ring), bytes});
       } else {
         const bool fp4 = sh.kind == kRoutedExperts;
@@ -291,20 +296,31 @@ int run(const std::string& dir, int iters, const std::string& only, const std::s
         }
       }
       for (const L& l : ls) {
+        namespace rc = smelt::runtime::cuda;
         const int occ = gpu().occupancy(l.fam, l.fn.c_str(), 256, l.smem);
         const int nb = l.K / 32;
-        const int S_launcher = l.wr == 4 ? smelt::runtime::cuda::mma_wg_ksplit(l.tiles, nb, unsigned(2 * sms))
-                                         : ksplit(l.tiles, nb, unsigned(2 * sms));
+        const int S_launcher = l.wgl     ? rc::mma_wg_linear_ksplit(l.tiles, nb, unsigned(2 * sms))
+                               : l.wr == 4 ? rc::mma_wg_ksplit(l.tiles, nb, unsigned(2 * sms))
+                                           : ksplit(l.tiles, nb, unsigned(2 * sms));
+        // the wgmma linear's tile counts and partials (all zeros between launches), for its largest split
+        const DevPtr zw = l.wgl ? gpu().alloc(rc::mma_wg_linear_zeroed_bytes(l.tiles, 16)) : 0;
+        const DevPtr zp = zw + (uint64_t(l.tiles) * 4 + 255) / 256 * 256;
         for (int bps = 1; bps <= std::min(occ, 4); ++bps)
-          for (int S : {1, 2, 4, 8}) {
-            if (nb / S < 4 || S * l.wr > 8) continue;
+          for (int S : {1, 2, 4, 6, 8, 16}) {
+            if (nb / S < 4 || (!l.wgl && (S == 6 || S == 16 || S * l.wr > 8))) continue;
             if (launcher_only && !(bps == 2 && S == S_launcher)) continue;  // --launcher (profiling: ncu -s N -c 1)
-            const int per_block = 8 / l.wr / S;  // tiles a block group
-            const int64_t groups = (l.tiles + per_block - 1) / per_block;
+            const int per_block = l.wgl ? 1 : 8 / l.wr / S;  // tiles a block group
+            const int64_t groups = l.wgl ? rc::mma_wg_linear_groups(l.tiles, S) : (l.tiles + per_block - 1) / per_block;
             const unsigned grid = unsigned(std::min<int64_t>(groups, int64_t(bps) * sms));
             auto go = [&](int i) {
               const int c = i % copies;
-              if (sh.kind == kLinear) {
+              if (l.wgl) {
+                const int blk = 32, round = 1;
+                const float sa = 1.f;
+                const DevPtr cnt = S > 2 ? zw : 0, xpart = S > 2 ? zp : 0;
+                gpu().launch(l.fam, l.fn.c_str(), grid, 1, 1, 256, l.smem, x, y, W[size_t(c)], Sc[size_t(c)], K, N, blk,
+                             sa, round, S, xpart, cnt);
+              } else if (sh.kind == kLinear) {
                 const int rows = 1, blk = 32, round = 1;
                 const float sa = 1.f;
                 gpu().launch(l.fam, l.fn.c_str(), grid, 1, 1, 256, l.smem, x, y, W[size_t(c)], Sc[size_t(c)], rows, K,

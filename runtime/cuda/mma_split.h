@@ -58,10 +58,12 @@ inline int mma_wg_linear_ksplit(int64_t tiles, int nb, unsigned blocks, int smax
   return S;
 }
 inline int64_t mma_wg_linear_groups(int64_t tiles, int S) { return S == 1 ? (tiles + 1) / 2 : tiles * (S / 2); }
-// Zeroed bytes the split needs: the tiles' counts (a word each, padded to 256 bytes) and their partials (SX = S / 2
-// of 64 floats a tile); 0 at S <= 2.
+// The zeroed memory's layout: the tiles' counts (a word each, padded to 256 bytes), then their partials (SX = S / 2
+// of 64 floats a tile) from this offset.
+inline uint64_t mma_wg_linear_partials_offset(int64_t tiles) { return (uint64_t(tiles) * 4 + 255) / 256 * 256; }
+// Zeroed bytes the split needs; 0 at S <= 2.
 inline uint64_t mma_wg_linear_zeroed_bytes(int64_t tiles, int S) {
-  return S <= 2 ? 0 : (uint64_t(tiles) * 4 + 255) / 256 * 256 + uint64_t(tiles) * uint64_t(S / 2) * 64 * 4;
+  return S <= 2 ? 0 : mma_wg_linear_partials_offset(tiles) + uint64_t(tiles) * uint64_t(S / 2) * 64 * 4;
 }
 
 }  // namespace smelt::runtime::cuda

@@ -108,8 +108,8 @@ bool try_linear_mma(Ctx& c, DevPtr x, DevPtr y, const LinearW& f, DevPtr w, DevP
   if (int S = rows == 1 ? wgmma_linear_split(c.l.arch, f, K, N, blocks) : 0) {
     const int64_t tiles = mma_wg_linear_tiles(N);
     if (S > 2 && !wz) S = 2;  // no memory for the partials: the block's two warpgroups split K
-    const uint64_t zb = mma_wg_linear_zeroed_bytes(tiles, S), cnt_bytes = (uint64_t(tiles) * 4 + 255) / 256 * 256;
-    const DevPtr cnt = zb ? wz : 0, xpart = zb ? wz + cnt_bytes : 0;
+    const bool split = mma_wg_linear_zeroed_bytes(tiles, S) > 0;
+    const DevPtr cnt = split ? wz : 0, xpart = split ? wz + mma_wg_linear_partials_offset(tiles) : 0;
     c.go("smelt_gemv_fp8_wgmma", unsigned(std::min<int64_t>(mma_wg_linear_groups(tiles, S), blocks)), 1, 1,
          kMmaWarps * 32, smem, x, y, w, s, K, N, int(f.blk), scale_after, round, S, xpart, cnt);
     return true;

@@ -304,7 +304,7 @@ int run(const std::string& dir, int iters, const std::string& only, const std::s
                                            : ksplit(l.tiles, nb, unsigned(2 * sms));
         // the wgmma linear's tile counts and partials (all zeros between launches), for its largest split
         const DevPtr zw = l.wgl ? gpu().alloc(rc::mma_wg_linear_zeroed_bytes(l.tiles, 16)) : 0;
-        const DevPtr zp = zw + (uint64_t(l.tiles) * 4 + 255) / 256 * 256;
+        const DevPtr zp = zw + rc::mma_wg_linear_partials_offset(l.tiles);
         for (int bps = 1; bps <= std::min(occ, 4); ++bps)
           for (int S : {1, 2, 4, 6, 8, 16}) {
             if (nb / S < 4 || (!l.wgl && (S == 6 || S == 16 || S * l.wr > 8))) continue;

@@ -228,7 +228,7 @@ void run_linear_wg(int K, int N, int blk, int S, unsigned grid, int round, float
   DevPtr dx = gpu().put(x), dw = gpu().put_aq(W.w, N, K, false), ds = gpu().put(W.s);
   DevPtr y0 = gpu().alloc(size_t(N) * 4), y1 = gpu().alloc(size_t(N) * 4), y2 = gpu().alloc(size_t(N) * 4);
   const int64_t tiles = rc::mma_wg_linear_tiles(N);
-  const uint64_t zb = rc::mma_wg_linear_zeroed_bytes(tiles, S), cb = (uint64_t(tiles) * 4 + 255) / 256 * 256;
+  const uint64_t zb = rc::mma_wg_linear_zeroed_bytes(tiles, S), cb = rc::mma_wg_linear_partials_offset(tiles);
   DevPtr z = gpu().alloc(std::max<uint64_t>(zb, 256));
   const DevPtr cnt = zb ? z : 0, xpart = zb ? z + cb : 0;
   gpu().launch("linear", "smelt_gemv_fp8_aq", 8, 1, 1, 512, gemv_aq_smem(K, 1, 4, 1, false), dx, y0, dw, ds, K, N, blk,

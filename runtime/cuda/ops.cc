@@ -189,6 +189,10 @@ void linear(Ctx& c, DevPtr x, DevPtr y, const DeviceWeight* w, const DeviceWeigh
          scale_after, int(round));
     return;
   }
+  // Weight-only: wgmma sums (sm_90, one row) where the output is rounded to bf16 anyway, else fp32 accuracy.
+  const DevPtr wz = round ? wgmma_wo_zeroed(c, f, K, N, 1) : 0;
+  if (round && mma_kernels(c.l, 90) && try_linear_wo_wgmma(c, x, y, f, wp, sp, rows, K, N, 1, scale_after, round, wz))
+    return;
   if (try_linear_weight_only_mma(c, x, y, f, wp, sp, rows, K, N, 1, scale_after, round)) return;
   const std::string name = weight_only_kernel(f, rows);
   c.go(name.c_str(), weight_only_blocks(c.l, rows, N, 1), 1, 1, 256, 0, x, y, wp, sp, int(rows), int(K), int(N),
@@ -327,7 +331,9 @@ bool try_experts_with_shared(Ctx& c, const detail::ExpertsLaunch& el) {
   const DevPtr h = c.scratch(uint64_t(F) * 4);
   const detail::ExpertsLaunch s{l2.in[0], 0, 0, h, l2.out[0], ew, int(l2.in_w[0]), F, 1, 1, f,
                                 float(op2.f("swiglu_limit")), false, is_round(op2)};
-  const bool ok = c.used <= c.l.scratch_bytes && (model ? detail::try_experts_mma_with_shared(c, el, s)
+  // The shared down's K split memory: the shared op's own zeroed memory (its prepare carved it, run_experts).
+  const DevPtr wz = model ? detail::wgmma_linear_zeroed(c2, f, F, int(l2.in_w[0])) : 0;
+  const bool ok = c.used <= c.l.scratch_bytes && (model ? detail::try_experts_mma_with_shared(c, el, s, wz)
                                                         : detail::try_experts_wo_ring_with_shared(c, el, s));
   if (!ok) c.used = used;
   return ok;
@@ -337,6 +343,11 @@ bool try_experts_with_shared(Ctx& c, const detail::ExpertsLaunch& el) {
 void run_experts(Ctx& c, bool routed) {
   const OpLaunch& l = c.l;
   const OpRef& op = c.op();
+  // The shared expert's down (one FP8 slot: an act-quant linear of F -> D) may run on the one-row wgmma linear when
+  // the routed op runs it in its pair (ops_mma.cc try_experts_mma_with_shared): its K split's memory is this op's.
+  if (!routed && op.scaled && detail::model_rounding(op) && weight(l, 0) && weight(l, 0)->shape.size() == 2)
+    detail::wgmma_linear_zeroed(c, detail::linear_format(c, weight(l, 0), weight(l, 1), "w1"),
+                                int(weight(l, 0)->shape[0]), int(l.in_w[0]));
   if (!routed && l.shared_done && !c.dry) {  // the moe_experts op before it ran this op's kernels in its own
     l.shared_done = false;
     c.round_done = true;  // its down kernel applied the op's round
@@ -643,6 +654,14 @@ void run_v4(Ctx& c) {
       const detail::LinearW f = detail::linear_format(c, weight(l, 0), weight(l, 1), "weight");
       if (f.quant) c.reads(weight(l, 0), false);
       if (K % 8) c.fail("the cuda linear kernels need K % 8 == 0, got " + std::to_string(K));
+      // The model's numerics round wo_a's output to bf16: the wgmma sums (sm_90, one row), as linear() does.
+      const bool rnd = is_round(op);
+      const DevPtr wz = rnd ? detail::wgmma_wo_zeroed(c, f, K, N, G) : 0;
+      if (rnd && detail::mma_kernels(l, 90) && detail::try_linear_wo_wgmma(c, l.in[0], l.out[0], f, ptr(weight(l, 0)), ptr(weight(l, 1)), rows, K, N,
+                                             G, 1.f, 1, wz)) {
+        c.round_done = true;
+        break;
+      }
       if (detail::try_linear_weight_only_mma(c, l.in[0], l.out[0], f, ptr(weight(l, 0)), ptr(weight(l, 1)), rows, K,
                                              N, G, 1.f, int(is_round(op)))) {
         c.round_done = true;

@@ -15,6 +15,12 @@ bool try_linear_mma(Ctx& c, DevPtr x, DevPtr y, const LinearW& f, DevPtr w, DevP
 // The zeroed memory an FP8 act-quant linear's one-row wgmma launch may split K with, carved from the op's (at every
 // row count, so that prepare and run carve alike; 0 off sm_90, where the prepare could not know the arch, it carves).
 DevPtr wgmma_linear_zeroed(Ctx& c, const LinearW& f, int K, int N);
+// y = x W^T of one row for a weight-only FP8 linear (G = 1) or grouped linear (G groups of N rows on K columns each)
+// on sm_90 by wgmma (linear_mma.cu smelt_linear_fp8_wgmma): within 2^-12 of the abs mass of the exact sums, so only
+// for ops whose output is rounded to bf16 (the caller's rule: the model's numerics). wz: wgmma_wo_zeroed's memory.
+bool try_linear_wo_wgmma(Ctx& c, DevPtr x, DevPtr y, const LinearW& f, DevPtr w, DevPtr s, int rows, int K, int N,
+                         int G, float scale_after, int round, DevPtr wz);
+DevPtr wgmma_wo_zeroed(Ctx& c, const LinearW& f, int K, int N, int G);
 
 // The V4.1 expert FFN of one row with the model's numerics (run_experts): up and down; swiglu_mlp's down kernel
 // applies the op's bf16 round (`a.round`).
@@ -24,7 +30,8 @@ bool try_experts_mma(Ctx& c, const ExpertsLaunch& a);
 // false (nothing launched) where either kernel does not apply. Only for ops the backend paired, which it does only with
 // $SMELT_CUDA_FUSE_SHARED=1 (=up: the downs as two launches): measured slower in the step (docs/performance.md
 // "Session 22").
-bool try_experts_mma_with_shared(Ctx& c, const ExpertsLaunch& a, const ExpertsLaunch& s);
+// wz_down: the shared op's zeroed memory for its down's K split on the wgmma linear (wgmma_linear_zeroed).
+bool try_experts_mma_with_shared(Ctx& c, const ExpertsLaunch& a, const ExpertsLaunch& s, DevPtr wz_down = 0);
 // The weight-only FP4 (and with $SMELT_CUDA_WO_RING=all FP8) expert FFN of one row (run_experts without the model's
 // numerics, sm_80+) on the same ring, in fp32 accuracy as the wo_mma kernels (ops_wo_mma.h), which take the other row
 // counts and formats.

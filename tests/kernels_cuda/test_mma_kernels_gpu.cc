@@ -284,6 +284,97 @@ TEST(CudaMmaKernels, GemvFp8WgmmaNanCodesCountAsZero) {
   st.print("fp8 gemv on wgmma, NaN codes");
 }
 
+// The weight-only FP8 linear / grouped linear of one row on wgmma (smelt_linear_fp8_wgmma, sm_90; the model's wo_a,
+// no activation quantization) against the exact fp32 kernel smelt_linear_fp8_r1: |y - y_r1| <= kTolWgmma * A with
+// A = sum_k |w_k| scale |x_k| (float64), the same bits when run again, the tile counts back at zero; outputs the r1
+// kernel gives as inf or NaN (NaN weight codes, an inf or NaN activation: exact sums on the CUDA cores) the same.
+// bf16x: x rounded to bf16 (the model's wo_a input), which the kernel's three E4M3 terms hold exactly.
+void run_linear_wo_wg(int K, int N, int G, int blk, int S, unsigned grid, int round, bool bf16x, uint32_t seed,
+                      Stats& st, bool nan_w = false, float special = 0.f) {
+  namespace rc = smelt::runtime::cuda;
+  const int NT = G * N;
+  Weights W = make_weights(false, NT, K, blk, seed);
+  if (nan_w)
+    for (int n = 0; n < NT; n += 5) W.w[size_t(n) * K + size_t(n % 7) * 32 + 3] = (n & 1) ? 0xFF : 0x7F;
+  auto x = randn(size_t(G) * K, seed + 7, 2.f);
+  x[0] = 0.f, x[1] = 1e-7f, x[2] = 600.f;  // and an outlier a block in the last group
+  for (int k = 5; k < K; k += 32) x[size_t(G - 1) * K + k] *= 50.f;
+  if (bf16x)
+    for (float& v : x) v = q::bf16_round(v);
+  if (special != 0.f) x[size_t(G - 1) * K + 37] = special;
+  std::vector<double> A(size_t(NT), 0.0);
+  for (int n = 0; n < NT; ++n)
+    for (int k = 0; k < K; ++k)
+      if (std::isfinite(x[size_t(n / N) * K + k]))
+        A[n] += W.absval(n, k) * W.scale(n, k / 32) * std::fabs(double(x[size_t(n / N) * K + k]));
+  DevPtr dx = gpu().put(x), dw = gpu().put(W.w), ds = gpu().put(W.s);
+  DevPtr y0 = gpu().alloc(size_t(NT) * 4), y1 = gpu().alloc(size_t(NT) * 4), y2 = gpu().alloc(size_t(NT) * 4);
+  const int64_t tiles = rc::mma_wg_linear_tiles(NT);
+  const uint64_t zb = rc::mma_wg_linear_zeroed_bytes(tiles, S), cb = rc::mma_wg_linear_partials_offset(tiles);
+  DevPtr z = gpu().alloc(std::max<uint64_t>(zb, 256));
+  const DevPtr cnt = zb ? z : 0, xpart = zb ? z + cb : 0;
+  gpu().launch("linear", "smelt_linear_fp8_r1", unsigned((N + 7) / 8), unsigned(G), 1, 256, 0, dx, y0, dw, ds, 1, K, N,
+               blk, 1.f, round);
+  for (DevPtr y : {y1, y2})
+    gpu().launch("linear", "smelt_linear_fp8_wgmma", grid, 1, 1, 256, rc::mma_wo_wg_smem_bytes(K), dx, y, dw, ds, K, N, G, blk, 1.f,
+                 round, S, xpart, cnt);
+  const std::string what = "fp8 weight-only wgmma K " + std::to_string(K) + " N " + std::to_string(N) + " G " +
+                           std::to_string(G) + " blk " + std::to_string(blk) + " S " + std::to_string(S) + " grid " +
+                           std::to_string(grid) + (bf16x ? " bf16 x" : "");
+  const auto v1 = gpu().get<float>(y1, size_t(NT)), e = gpu().get<float>(y0, size_t(NT));
+  std::vector<float> a1, e1;
+  std::vector<double> A1;
+  int special_rows = 0;
+  for (int n = 0; n < NT; ++n) {
+    if (!std::isfinite(e[n])) {  // inf stays the same inf, NaN NaN
+      ++special_rows;
+      if (std::isnan(e[n])) ASSERT_TRUE(std::isnan(v1[n])) << what << " row " << n << ": " << v1[n] << " vs NaN";
+      else ASSERT_EQ(v1[n], e[n]) << what << " row " << n;
+      continue;
+    }
+    a1.push_back(v1[n]), e1.push_back(e[n]), A1.push_back(A[n]);
+  }
+  if (nan_w || special != 0.f) ASSERT_GT(special_rows, 0) << what << ": the case makes no inf / NaN rows";
+  expect_close(a1, e1, A1, round != 0, what, st);
+  expect_bits_equal(gpu().get<float>(y2, size_t(NT)), v1, what + " (second launch)");
+  if (zb) {
+    for (uint32_t v : gpu().get<uint32_t>(cnt, size_t(tiles))) ASSERT_EQ(v, 0u) << what << ": a tile count left";
+  }
+}
+
+// Partial tiles (G = 1, N % 64 != 0), grouped rows whose blocks restage x for each group (grid 2), every kind of
+// split, bf16 outputs, 32- and 128-blocks of scales; then the V4.1-Flash wo_a (8 groups of 1024 x 4096) with the
+// launcher's split and grid; NaN weight codes; an inf / NaN activation.
+TEST(CudaMmaKernels, LinearFp8WeightOnlyWgmmaWithinToleranceOfTheExactKernel) {
+  NEED_MMA();
+  if (!has_wgmma()) GTEST_SKIP() << "wgmma needs sm_90";
+  namespace rc = smelt::runtime::cuda;
+  Stats st{kTolWgmma};
+  for (int S : {1, 2, 4, 6})
+    for (unsigned grid : {2u, 64u}) {
+      run_linear_wo_wg(1024, 200, 1, 128, S, grid, 0, false, 10 + S, st);
+      run_linear_wo_wg(512, 128, 3, 32, S, grid, 1, true, 20 + S, st);
+    }
+  run_linear_wo_wg(96, 33, 1, 32, 1, 1, 0, false, 41, st);
+  st.print("fp8 weight-only linear on wgmma, small shapes");
+  Stats real{kTolWgmma};
+  for (int blk : {32, 128}) {
+    const int K = 4096, N = 1024, G = 8;
+    const int64_t tiles = rc::mma_wg_linear_tiles(int64_t(G) * N);
+    const int S = rc::mma_wg_linear_ksplit(tiles, K / 32, 264);
+    const unsigned grid = unsigned(std::min<int64_t>(rc::mma_wg_linear_groups(tiles, S), 264));
+    run_linear_wo_wg(K, N, G, blk, S, grid, 1, true, 100 + blk, real);
+  }
+  real.print("fp8 weight-only linear on wgmma, V4.1-Flash wo_a");
+  Stats sp{kTolWgmma};
+  for (int S : {2, 4}) {
+    run_linear_wo_wg(512, 128, 2, 128, S, 2, 0, true, 60 + S, sp, true);
+    run_linear_wo_wg(512, 128, 2, 128, S, 64, 0, true, 70 + S, sp, false, INFINITY);
+    run_linear_wo_wg(512, 128, 2, 128, S, 64, 1, true, 80 + S, sp, false, NAN);
+  }
+  sp.print("fp8 weight-only linear on wgmma, NaN weights, inf / NaN activations");
+}
+
 // Experts: up (g, u, swiglu) and down of the selected experts against the _aq_dec kernels; an invalid slot.
 // wg: the wgmma kernels (FP4, sm_90: smelt_moe_*_fp4_wgmma, 64-row tiles of a warpgroup, K split <= 2).
 // outlier: x[k] *= outlier at k % 32 == 5 (an activation far above the rest of its block, as the models have).

@@ -101,16 +101,6 @@ __device__ __forceinline__ u64 wgmma_desc(u32 lo) {
   asm("mov.b64 %0, {%1, %2};" : "=l"(d) : "r"(lo), "r"(2u));
   return d;
 }
-// The same for C staged columns (C = 2: the above; C = 6: the weight-only FP8 staging, mma_stage_wo_e4m3): column n
-// at + 16 n, the second core matrix (k 16..31) at + 16 C, both byte offsets 16 C; the next block at + 32 C (lo + 2 C).
-template <int C>
-__device__ __forceinline__ u32 wgmma_desc_cols_lo(u32 a) { return ((a & 0x3FFFFu) >> 4) | (u32(C) << 16); }
-template <int C>
-__device__ __forceinline__ u64 wgmma_desc_cols(u32 lo) {
-  u64 d;
-  asm("mov.b64 %0, {%1, %2};" : "=l"(d) : "r"(lo), "r"(u32(C)));
-  return d;
-}
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 // Until at most N committed groups of this warp's wgmmas are pending.
@@ -300,85 +290,6 @@ __device__ __forceinline__ void mma_stage_quant(const float* x, int rows, int K,
   __syncthreads();
 }
 
-
-// Four floats -> their E4M3 codes (round to nearest even, saturating), byte j = v[j].
-__device__ __forceinline__ u32 e4m3x4_cvt(const float* v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  unsigned short l, h;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(l) : "f"(v[1]), "f"(v[0]));
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(h) : "f"(v[3]), "f"(v[2]));
-  return u32(l) | (u32(h) << 16);
-#else
-  return u32(e4m3_cvt(v[0])) | (u32(e4m3_cvt(v[1])) << 8) | (u32(e4m3_cvt(v[2])) << 16) | (u32(e4m3_cvt(v[3])) << 24);
-#endif
-}
-
-// The weight-only FP8 linears on wgmma (linear_mma.cu smelt_linear_fp8_wgmma: no activation quantization, the
-// model's wo_a): one row of x (K floats) staged exactly enough for the E4M3 tensor cores. Per 32-block a power of two
-// 2^s puts the largest finite |x| in [2^7, 2^8) (no E4M3 saturation), and y = x 2^s is split into three E4M3 terms,
-// hi = e4m3(y), mid = e4m3(y - hi), lo = e4m3(y - hi - mid) (each difference exact in fp32): 4 + 4 + 4 significant
-// bits, so a bf16 x (8) is exact unless its terms fall below E4M3's subnormals (2^-9, i.e. |x| < 2^-16 of the block's
-// largest). Six columns (wgmma_desc_cols<6>): the hi codes by magnitude, |hi| >= 32 in 0, 2 <= |hi| < 32 in 1, the
-// rest in 2 (kStageE4m3Split's split, finer: Hopper's FP8 tensor cores align a column's products to its largest at
-// ~14 bits, so each column loses at most ~4 bits of its smallest codes' products; two classes measured 4.1e-4 of the
-// abs mass against 2^-12 in the GPU test), 3 mid, 4 lo, 5 zero; in kStageE4m3SplitK's k order (each 8 codes' first
-// four in the first core matrix, the last four in the second), 192 bytes a block at xq + 192 b (3 K bytes: three
-// staged rows of mma_x_stride), the factor 2^-s at xsc[b * 8]. Non-finite x are staged as 0; the return
-// value (every thread's) says whether the row has any (the kernel then sums it exactly instead). A thread per
-// 32-block; call with all threads; synchronises.
-__device__ __forceinline__ bool mma_stage_wo_e4m3(const float* x, int K, u8* xq, float* xsc) {
-  const int nb = K / 32;
-  const bool vec = (reinterpret_cast<u64>(x) & 15) == 0;
-  int bad = 0;
-  for (int b = threadIdx.x; b < nb; b += blockDim.x) {
-    float v[32];
-    mma_load_block32(x + i64(b) * 32, vec, v);
-    float amax = 0.f;
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      const bool fin = fabsf(v[i]) <= 3.402823466e38f;
-      bad |= !fin;
-      v[i] = fin ? v[i] : 0.f;
-      amax = fmaxf(amax, fabsf(v[i]));
-    }
-    // s = 7 - floor(log2 amax) within [-126, 126] (2^s and 2^-s normal; a zero block any s)
-    const int e = int((__float_as_uint(amax) >> 23) & 0xFFu) - 127;
-    const int s = amax > 0.f ? max(-126, min(7 - e, 126)) : 0;
-    const float up = __uint_as_float(u32(127 + s) << 23);
-    xsc[b * 8] = __uint_as_float(u32(127 - s) << 23);
-    uint4* dst = reinterpret_cast<uint4*>(xq + i64(b) * 192);
-    u32 col[5][8];  // [column][word j: k 4j .. 4j + 3]
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      float y[4], d[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) y[i] = v[4 * j + i] * up;  // exact: a power of two, no overflow
-      const u32 hi = e4m3x4_cvt(y);
-      e4m3x4_decode(hi, d);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) y[i] -= d[i];
-      const u32 mid = e4m3x4_cvt(y);
-      e4m3x4_decode(mid, d);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) y[i] -= d[i];
-      // E4M3 exponent field e (bits 6..3): |hi| >= 32 is e >= 12 (bits 6 and 5), |hi| >= 2 is e >= 8 (bit 6)
-      const u32 b6 = (hi >> 6) & 0x01010101u, b5 = (hi >> 5) & 0x01010101u;
-      const u32 m0 = (b6 & b5) * 0xFFu, m1 = (b6 & ~b5) * 0xFFu;
-      col[0][j] = hi & m0, col[1][j] = hi & m1, col[2][j] = hi & ~(m0 | m1), col[3][j] = mid;
-      col[4][j] = e4m3x4_cvt(y);
-    }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {  // core matrix h: words j = 2 i + h of each column
-#pragma unroll
-      for (int c = 0; c < 5; ++c) dst[h * 6 + c] = make_uint4(col[c][h], col[c][2 + h], col[c][4 + h], col[c][6 + h]);
-      dst[h * 6 + 5] = make_uint4(0u, 0u, 0u, 0u);
-    }
-  }
-#if SMELT_WGMMA
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // as mma_stage_quant: wgmma reads B by the async proxy
-#endif
-  return __syncthreads_or(bad) != 0;
-}
 
 // The weight-only (sm_80 path) staging of `rows` rows of x (contiguous, K floats each) for the FP4 ring
 // (MmaSegment::run with HL): wo_stage's numbers (gemv_wo_mma.cuh: per 32-block a power of two 2^s puts the largest
@@ -880,16 +791,13 @@ struct MmaSegment {
   // (no conversion: the mma.sync path spends 8 cvt a block and lane on f16 pairs) against the activation codes staged
   // kStageE4m3SplitK. NZ: NaN weight codes as 0 (run_wg8_checked). As run_wg, every block of a group runs its wgmmas
   // (blocks past b1 on stale slots, not folded); acc[m] = rows g, g + 8 of matrix m (lanes tig == 0 hold them).
-  // C: the staged columns (2: kStageE4m3SplitK's; 6: mma_stage_wo_e4m3's, where lanes tig = 1, 2 hold columns 2 + 3's
-  // and 4 + 5's sums, folded as tig = 0 folds 0 + 1: the caller adds the lanes; tig = 3's are the unstaged 6 + 7).
-  template <bool NZ, int C = 2>
+  template <bool NZ>
   __device__ __forceinline__ void run_wg8(int b0, int b1, u32 x0, const float* xsl, float (*acc)[2]) {
     static_assert(!FP4, "run_wg is FP4's");
-    static_assert(C == 2 || C == 6, "two or six staged columns");
     constexpr int G = SMELT_MMA_GROUP;
     static_assert(D % G == 0 && G >= 2, "the ring holds whole groups");
     const int lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
-    const u32 dlo = wgmma_desc_cols_lo<C>(x0);
+    const u32 dlo = wgmma_desc_col01_lo(x0);
     auto mma = [&](int slot, int b, float (*c)[4]) {
       u32 a[NW][4];
 #pragma unroll
@@ -904,7 +812,7 @@ struct MmaSegment {
       }
       wgmma_fence();
 #pragma unroll
-      for (int m = 0; m < NW; ++m) wgmma_e4m3_64x8x32(c[m], a[m], wgmma_desc_cols<C>(dlo + 2 * C * u32(b)));
+      for (int m = 0; m < NW; ++m) wgmma_e4m3_64x8x32(c[m], a[m], wgmma_desc(dlo + 4 * u32(b)));
       wgmma_commit();
     };
     auto fold = [&](int b, float (*c)[4]) {

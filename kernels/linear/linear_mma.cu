@@ -23,12 +23,6 @@
 
 using namespace smelt_dev;
 
-// The weight-only wgmma linear's weight layout: row-major (0, the runtime's: weight-only weights are not repacked) or
-// tile order (1: tests/kernels_cuda/bench_mma_gemv's "wgt" variant, timing only).
-#ifndef SMELT_WO_TILED
-#define SMELT_WO_TILED 0
-#endif
-
 namespace {
 
 // NC = 1 at one token row (only C's n = 0 column is kept: fewer instructions per block), else 2.
@@ -107,30 +101,23 @@ __device__ void gemv_mma_body(const float* x, float* y, const u8* w, const u8* w
 // SX blocks a tile (SX > 1 with SI = 2). With SX > 1 each block stores its tile's partial sums in xpart
 // [tile][SX][64] and counts itself in cnt[tile] (the op's zeroed memory); the tile's last block adds the SX partials
 // in their order (the same sums whichever block comes last), writes y and zeroes the count for the next launch.
-// WO (smelt_linear_fp8_wgmma): the weight-only linear or grouped linear of G groups (N rows each; N % 64 == 0 when
-// G > 1, and the block's tiles of one group: the launcher's check), x staged by mma_stage_wo_e4m3 (six columns),
-// the weights row-major, NaN weight codes kept (the weight-only kernels' rule: their rows' sums are NaN); a row of x
-// with a non-finite value is summed exactly on the CUDA cores instead (the same inf / NaN as the r1 kernels).
-template <bool WO>
-__device__ void gemv_wg_body(const float* x, float* y, const u8* w, const u8* ws, int K, int N, int G, int blk,
+__device__ void gemv_wg_body(const float* x, float* y, const u8* w, const u8* ws, int K, int N, int blk,
                              float scale_after, int round, int S, float* xpart, u32* cnt) {
 #if defined(__CUDA_ARCH__) && SMELT_WGMMA
-  constexpr int RS = WO ? 3 : 1;  // staged rows of mma_x_stride: six E4M3 columns are 6 K bytes
   extern __shared__ __align__(16) unsigned char mma_sm[];
   __shared__ int wg_flag[2], last_block;
   const int nb = K / 32, stride = mma_x_stride(K);
-  mma_check_smem(K, RS);
+  mma_check_smem(K, 1);
   u8* xq = mma_sm;
-  float* xsc = reinterpret_cast<float*>(mma_sm + RS * stride);
+  float* xsc = reinterpret_cast<float*>(mma_sm + stride);
   float* part = xsc + nb * 8;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
   const int unit = warp / 4, q = warp % 4;
   const int SI = S >= 2 ? 2 : 1, SX = S / SI, tpg = 2 / SI;
-  const i64 NT = i64(G) * N;  // weight rows (and outputs) of all groups
-  const int tiles = int((NT + 63) / 64), groups = (tiles + tpg - 1) / tpg * SX;
-  MmaSegment<false, 1, WO ? bool(SMELT_WO_TILED) : bool(SMELT_W_TILED)> ms;
-  u8* ring = mma_warp_ring(mma_sm, K, RS);
-  u8* scl = mma_warp_scales(mma_sm, K, RS);
+  const int tiles = (N + 63) / 64, groups = (tiles + tpg - 1) / tpg * SX;
+  MmaSegment<false, 1> ms;
+  u8* ring = mma_warp_ring(mma_sm, K, 1);
+  u8* scl = mma_warp_scales(mma_sm, K, 1);
   int tile = 0, xs = 0, b0 = 0, b1 = 0;
   auto place = [&](int grp) {
     const int tg = grp / SX;
@@ -139,68 +126,26 @@ __device__ void gemv_wg_body(const float* x, float* y, const u8* w, const u8* ws
     mma_seg_range(nb, xs * SI + unit % SI, S, b0, b1);
   };
   auto start = [&]() {
-    // a warp of a tile past NT: every row reads 0, pointers at the tile's first row
+    // a warp of a tile past N: every row reads 0, pointers at the tile's first row
     const i64 t0 = i64(tile) * 64, f0 = t0 + 16 * q;
-    ms.init_tiles(w, ws, f0 < NT ? f0 : t0, f0 < NT ? NT : t0, K, blk, ring, scl);
+    ms.init_tiles(w, ws, f0 < N ? f0 : t0, f0 < N ? i64(N) : t0, K, blk, ring, scl);
     ms.prefetch(b0, b1);
   };
-  // The group of group grp's tiles (block-uniform).
-  auto group_of = [&](int grp) { return G > 1 ? int(i64(grp / SX) * tpg * 64 / N) : 0; };
-  int zs = group_of(blockIdx.x);
-  bool xbad = false;  // WO: the staged row has a non-finite value
-  auto stage = [&]() {
-    if constexpr (WO) xbad = mma_stage_wo_e4m3(x + i64(zs) * K, K, xq, xsc);
-    else mma_stage_quant<kStageE4m3SplitK>(x, 1, K, xq, stride, xsc);
-  };
-  // The first group's first weight blocks in flight before the dependent-launch wait and the staging.
+  // The first group's first weight blocks in flight before the dependent-launch wait and the act-quant staging.
   place(blockIdx.x);
   if (int(blockIdx.x) < groups && tile < tiles) start();
   grid_dep_wait();
-  stage();
-  auto out = [&](i64 n, float v) {
+  mma_stage_quant<kStageE4m3SplitK>(x, 1, K, xq, stride, xsc);
+  auto out = [&](int n, float v) {
     if (scale_after != 1.f) v = __fmul_rn(v, scale_after);
     y[n] = round ? round_bf16(v) : v;
   };
   for (int grp = blockIdx.x; grp < groups; grp += gridDim.x) {
     place(grp);
-    if (WO && group_of(grp) != zs) {  // block-uniform
-      __syncthreads();  // every warp is done with the staged row
-      zs = group_of(grp);
-      stage();
-    }
     float acc[1][2] = {{0.f, 0.f}};
     if (tile < tiles) {
       if (grp != int(blockIdx.x)) start();
-      if constexpr (WO) {
-        if (!xbad) {
-          ms.template run_wg8<false, 6>(b0, b1, smem_addr(xq), xsc, acc);
-          if (tig == 3) acc[0][0] = acc[0][1] = 0.f;  // columns 6 + 7: not staged
-        } else {  // exact fp32 sums of the segment (rows g, g + 8; a quad's lanes split each block's 32 k)
-          cp_async_wait_all();  // the ring's copies have landed before its slots are refilled
-          const float* xz = x + i64(zs) * K;
-#pragma unroll
-          for (int i = 0; i < 2; ++i) {
-            const i64 n = i64(tile) * 64 + 16 * q + g + 8 * i;
-            float t = 0.f;
-            if (n < NT)
-              for (int b = b0; b < b1; ++b) {
-                float v[8];
-                load_w8<kWFP8>(w, ws, n, b * 32 + tig * 8, K, blk, v);
-#pragma unroll
-                for (int j = 0; j < 8; ++j) t = __fmaf_rn(v[j], xz[b * 32 + tig * 8 + j], t);
-              }
-            acc[0][i] = t;
-          }
-        }
-        // the quad's lanes hold columns 2 tig + 2 tig + 1 (or k 8 tig .. 8 tig + 7 of the exact sums): add them
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          acc[0][i] = __fadd_rn(acc[0][i], __shfl_xor_sync(0xffffffffu, acc[0][i], 1));
-          acc[0][i] = __fadd_rn(acc[0][i], __shfl_xor_sync(0xffffffffu, acc[0][i], 2));
-        }
-      } else {
-        ms.run_wg8_checked(b0, b1, smem_addr(xq), xsc, acc, wg_flag);
-      }
+      ms.run_wg8_checked(b0, b1, smem_addr(xq), xsc, acc, wg_flag);
     }
     if (SI > 1) mma_combine<2>(part, acc[0], SI, 4);
     const bool own = unit % SI == 0 && tile < tiles && tig == 0;  // lanes holding the block's sums of rows g, g + 8
@@ -209,7 +154,7 @@ __device__ void gemv_wg_body(const float* x, float* y, const u8* w, const u8* ws
       if (own)
 #pragma unroll
         for (int i = 0; i < 2; ++i)
-          if (i64(tile) * 64 + r0 + 8 * i < NT) out(i64(tile) * 64 + r0 + 8 * i, acc[0][i]);
+          if (tile * 64 + r0 + 8 * i < N) out(tile * 64 + r0 + 8 * i, acc[0][i]);
       continue;
     }
     // SX > 1 (SI = 2: one tile a group, the same for the whole block).
@@ -232,7 +177,7 @@ __device__ void gemv_wg_body(const float* x, float* y, const u8* w, const u8* ws
       for (int i = 0; i < 2; ++i) {
         float v = __ldcg(xp + r0 + 8 * i);
         for (int s = 1; s < SX; ++s) v = __fadd_rn(v, __ldcg(xp + s * 64 + r0 + 8 * i));
-        if (i64(tile) * 64 + r0 + 8 * i < NT) out(i64(tile) * 64 + r0 + 8 * i, v);
+        if (tile * 64 + r0 + 8 * i < N) out(tile * 64 + r0 + 8 * i, v);
       }
   }
 #else
@@ -323,16 +268,7 @@ extern "C" __global__ void __launch_bounds__(256, SMELT_MMA_MIN_BLOCKS)
 smelt_gemv_fp8_wgmma(const float* x, float* y, const u8* w, const u8* ws, int K, int N, int blk, float scale_after,
                      int round, int ksplit, float* xpart, u32* cnt) {
   SMELT_KERNEL_PROLOGUE_WEIGHTS_FIRST();  // gemv_wg_body waits before it reads x
-  gemv_wg_body<false>(x, y, w, ws, K, N, 1, blk, scale_after, round, ksplit, xpart, cnt);
-}
-
-// x [G K] float (one row), y [G N]: the weight-only FP8 linear (G = 1) or grouped linear on wgmma (gemv_wg_body WO);
-// K % 32 == 0, N % 64 == 0 when G > 1; xpart / cnt as smelt_gemv_fp8_wgmma's.
-extern "C" __global__ void __launch_bounds__(256, SMELT_MMA_MIN_BLOCKS)
-smelt_linear_fp8_wgmma(const float* x, float* y, const u8* w, const u8* ws, int K, int N, int G, int blk,
-                       float scale_after, int round, int ksplit, float* xpart, u32* cnt) {
-  SMELT_KERNEL_PROLOGUE_WEIGHTS_FIRST();  // gemv_wg_body waits before it reads x
-  gemv_wg_body<true>(x, y, w, ws, K, N, G, blk, scale_after, round, ksplit, xpart, cnt);
+  gemv_wg_body(x, y, w, ws, K, N, blk, scale_after, round, ksplit, xpart, cnt);
 }
 
 // x [G K] float (one row), y [G N]; K % 32 == 0; grid (blocks, 1, G).

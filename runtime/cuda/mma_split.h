@@ -14,10 +14,6 @@ inline unsigned mma_smem_bytes(int K, int rows_staged, int ring_bytes = 8192) {
                   8 * (ring_bytes + (2 * (K / 32) + 15) / 16 * 16));
 }
 
-// The weight-only FP8 linear on wgmma (linear_mma.cu smelt_linear_fp8_wgmma): x staged as six E4M3 columns (6 K
-// bytes, gemv_mma.cuh mma_stage_wo_e4m3), three staged rows' room.
-inline unsigned mma_wo_wg_smem_bytes(int K) { return mma_smem_bytes(K, 3); }
-
 // The slots a group of tpg tiles (8 / K split) of the weight-only ring down can span, tps tiles a slot (moe_mma.cu
 // down_mma_body's `span`: it stages two rows, hi and lo, for each).
 inline int mma_wo_down_span(int topk, int tps, int tpg) {

@@ -189,10 +189,6 @@ void linear(Ctx& c, DevPtr x, DevPtr y, const DeviceWeight* w, const DeviceWeigh
          scale_after, int(round));
     return;
   }
-  // Weight-only: wgmma sums (sm_90, one row) where the output is rounded to bf16 anyway, else fp32 accuracy.
-  const DevPtr wz = round ? wgmma_wo_zeroed(c, f, K, N, 1) : 0;
-  if (round && mma_kernels(c.l, 90) && try_linear_wo_wgmma(c, x, y, f, wp, sp, rows, K, N, 1, scale_after, round, wz))
-    return;
   if (try_linear_weight_only_mma(c, x, y, f, wp, sp, rows, K, N, 1, scale_after, round)) return;
   const std::string name = weight_only_kernel(f, rows);
   c.go(name.c_str(), weight_only_blocks(c.l, rows, N, 1), 1, 1, 256, 0, x, y, wp, sp, int(rows), int(K), int(N),
@@ -654,14 +650,6 @@ void run_v4(Ctx& c) {
       const detail::LinearW f = detail::linear_format(c, weight(l, 0), weight(l, 1), "weight");
       if (f.quant) c.reads(weight(l, 0), false);
       if (K % 8) c.fail("the cuda linear kernels need K % 8 == 0, got " + std::to_string(K));
-      // The model's numerics round wo_a's output to bf16: the wgmma sums (sm_90, one row), as linear() does.
-      const bool rnd = is_round(op);
-      const DevPtr wz = rnd ? detail::wgmma_wo_zeroed(c, f, K, N, G) : 0;
-      if (rnd && detail::mma_kernels(l, 90) && detail::try_linear_wo_wgmma(c, l.in[0], l.out[0], f, ptr(weight(l, 0)), ptr(weight(l, 1)), rows, K, N,
-                                             G, 1.f, 1, wz)) {
-        c.round_done = true;
-        break;
-      }
       if (detail::try_linear_weight_only_mma(c, l.in[0], l.out[0], f, ptr(weight(l, 0)), ptr(weight(l, 1)), rows, K,
                                              N, G, 1.f, int(is_round(op)))) {
         c.round_done = true;

@@ -100,36 +100,6 @@ DevPtr wgmma_linear_zeroed(Ctx& c, const LinearW& f, int K, int N) {
   return bytes ? c.zeroed(bytes) : 0;
 }
 
-// Which one-row weight-only FP8 linears (G = 1) or grouped linears take the wgmma kernel (linear_mma.cu
-// smelt_linear_fp8_wgmma, sm_90): mma_split.h's rule over the G N / 64 tiles (S = 1 only where a block's two tiles
-// are of one group), 0 for the others; $SMELT_CUDA_WGMMA_WO=0 none (A/B timing).
-static int wgmma_wo_split(int arch, const LinearW& f, int K, int N, int G, unsigned blocks) {
-  static const bool on = !env_off("SMELT_CUDA_WGMMA") && !env_off("SMELT_CUDA_WGMMA_WO");
-  if (!on || arch != 90 || !f.quant || std::string(f.fmt) != "fp8" || K % 32 || N < 1 || G < 1 || (G > 1 && N % 64))
-    return 0;
-  const int S = mma_wg_linear_ksplit(mma_wg_linear_tiles(int64_t(G) * N), K / 32, blocks);
-  return S == 1 && G > 1 && (N / 64) % 2 ? 2 : S;
-}
-
-DevPtr wgmma_wo_zeroed(Ctx& c, const LinearW& f, int K, int N, int G) {
-  const int S = wgmma_wo_split(c.dry ? 90 : c.l.arch, f, K, N, G, gemv_blocks(c.l));  // as wgmma_linear_zeroed
-  const uint64_t bytes = S ? mma_wg_linear_zeroed_bytes(mma_wg_linear_tiles(int64_t(G) * N), S) : 0;
-  return bytes ? c.zeroed(bytes) : 0;
-}
-
-bool try_linear_wo_wgmma(Ctx& c, DevPtr x, DevPtr y, const LinearW& f, DevPtr w, DevPtr s, int rows, int K, int N,
-                         int G, float scale_after, int round, DevPtr wz) {
-  int S = rows == 1 ? wgmma_wo_split(c.l.arch, f, K, N, G, gemv_blocks(c.l)) : 0;
-  if (!S) return false;
-  const int64_t tiles = mma_wg_linear_tiles(int64_t(G) * N);
-  if (S > 2 && !wz) S = 2;  // no memory for the partials: the block's two warpgroups split K
-  const bool split = mma_wg_linear_zeroed_bytes(tiles, S) > 0;
-  const DevPtr cnt = split ? wz : 0, xpart = split ? wz + mma_wg_linear_partials_offset(tiles) : 0;
-  c.go("smelt_linear_fp8_wgmma", unsigned(std::min<int64_t>(mma_wg_linear_groups(tiles, S), gemv_blocks(c.l))), 1, 1,
-       kMmaWarps * 32, mma_wo_wg_smem_bytes(K), x, y, w, s, K, N, G, int(f.blk), scale_after, round, S, xpart, cnt);
-  return true;
-}
-
 bool try_linear_mma(Ctx& c, DevPtr x, DevPtr y, const LinearW& f, DevPtr w, DevPtr s, int rows, int K, int N,
                     float scale_after, int round, DevPtr wz) {
   if (!f.quant || rows < 1 || N < 1 || rows > linear_mma_rows(c.l, K)) return false;

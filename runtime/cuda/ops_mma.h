@@ -15,12 +15,6 @@ bool try_linear_mma(Ctx& c, DevPtr x, DevPtr y, const LinearW& f, DevPtr w, DevP
 // The zeroed memory an FP8 act-quant linear's one-row wgmma launch may split K with, carved from the op's (at every
 // row count, so that prepare and run carve alike; 0 off sm_90, where the prepare could not know the arch, it carves).
 DevPtr wgmma_linear_zeroed(Ctx& c, const LinearW& f, int K, int N);
-// y = x W^T of one row for a weight-only FP8 linear (G = 1) or grouped linear (G groups of N rows on K columns each)
-// on sm_90 by wgmma (linear_mma.cu smelt_linear_fp8_wgmma): within 2^-12 of the abs mass of the exact sums, so only
-// for ops whose output is rounded to bf16 (the caller's rule: the model's numerics). wz: wgmma_wo_zeroed's memory.
-bool try_linear_wo_wgmma(Ctx& c, DevPtr x, DevPtr y, const LinearW& f, DevPtr w, DevPtr s, int rows, int K, int N,
-                         int G, float scale_after, int round, DevPtr wz);
-DevPtr wgmma_wo_zeroed(Ctx& c, const LinearW& f, int K, int N, int G);
 
 // The V4.1 expert FFN of one row with the model's numerics (run_experts): up and down; swiglu_mlp's down kernel
 // applies the op's bf16 round (`a.round`).

@@ -15,7 +15,6 @@
 #include "runtime/cuda/launch.h"
 #include "runtime/cuda/mma_split.h"
 #include "runtime/cuda/nccl.h"
-#include "runtime/cuda/ops_common.h"
 #include "runtime/inspect.h"
 
 namespace cuda = smelt::runtime::cuda;
@@ -330,35 +329,6 @@ TEST(CudaLaunchers, ChunksRunTheDecodeTensorCoreKernels) {
       }
     rec.ew_arg.clear();
   }
-}
-
-// The V4.1 model's wo_a (a grouped FP8 linear without act quant, its output rounded to bf16): one row on sm_90 takes
-// the weight-only wgmma kernel (x, y, w, s, K, N, G, ...), sm_89 and the rows of a chunk the r1 / weight-only
-// kernels (and under fp32 numerics, where wo_a does not round, every row: ops.cc's rule).
-TEST(CudaLaunchers, WoAOnWgmmaOnlyForOneRoundedRowOnSm90) {
-  smelt::runtime::Plan plan = smelt::runtime::Plan::load(SMELT_CUDA_TEST_PLAN_V41);
-  const smelt::runtime::OpRef* woa = nullptr;
-  for (const auto& o : plan.ops())
-    if (!woa && o.spec->kind == smelt::runtime::OpKind::GroupedLinear) woa = &o;
-  ASSERT_NE(woa, nullptr) << "the V4.1 tiny backbone has wo_a";
-  ASSERT_TRUE(cuda::detail::is_round(*woa)) << "with the model's numerics wo_a rounds to bf16";
-  const int G = int(woa->i("groups"));
-  const int K = int(plan.row_elems(woa->inputs[0])) / G, N = int(plan.row_elems(woa->outputs[0])) / G;
-  for (int arch : {89, 90})
-    for (int rows : {1, 3}) {
-      RecordingLauncher rec;
-      rec.keep = 7;
-      FakeLaunch one(plan, *woa, rows, rec, arch, 132);
-      cuda::run_op(one.l);
-      ASSERT_GE(rec.launches.size(), 1u);
-      const bool wg = arch == 90 && rows == 1;
-      EXPECT_EQ(rec.launches[0].first == "smelt_linear_fp8_wgmma", wg) << rec.launches[0].first << ", arch " << arch;
-      if (wg) {
-        EXPECT_EQ(uint32_t(rec.args[0][4]), uint32_t(K));
-        EXPECT_EQ(uint32_t(rec.args[0][5]), uint32_t(N));
-        EXPECT_EQ(uint32_t(rec.args[0][6]), uint32_t(G));
-      }
-    }
 }
 
 // The routed experts ask for their slot counters' zeroed memory when the plan is loaded (Prepare::zeroed_bytes: topk + 1

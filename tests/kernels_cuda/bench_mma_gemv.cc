@@ -44,7 +44,6 @@ struct Variant {
   int l2pf = 128;    // SMELT_MMA_L2PF: L2 prefetch hint of the weight copies (bytes)
   int fp4_pair_stages = 8;  // SMELT_MMA_FP4_PAIR_STAGES: ring stages of the experts' FP4 gate + up segment
   int wg = 0;        // routed FP4 experts by the wgmma kernels (sm_90: 64-row tiles of a warpgroup)
-  int wo_tiled = 0;  // SMELT_WO_TILED: the weight-only wgmma linear reads tile order (else row-major, the runtime's)
 };
 // "base" is what the runtime compiles (the knobs' defaults). Every FP4 stage of two matrices is 512 bytes and an FP8
 // one of two matrices 1 KB; a ring must hold at least one group of stages (group <= ring / stage). The codes are
@@ -61,7 +60,6 @@ const Variant kVariants[] = {
     {"wg", 8192, 2, 4, 1, 1, 2, 128, 8, 1},     // the FP4 experts on wgmma (what the runtime launches on sm_90)
     {"wgp16", 8192, 2, 4, 1, 1, 2, 128, 16, 1}, // + 16 ring stages for the gate + up (up 35.0 -> 38.1 us)
     {"wgg8", 8192, 2, 8, 1, 1, 2, 128, 16, 1},  // + one wait per 8 stages of 16 (up 40.1 us)
-    {"wgt", 8192, 2, 4, 1, 1, 2, 128, 8, 1, 1},  // wg with the weight-only wgmma linear (wo_a) on tile-order weights
 };
 
 std::vector<std::string> defines(const Variant& v) {
@@ -69,8 +67,7 @@ std::vector<std::string> defines(const Variant& v) {
           "-DSMELT_MMA_GROUP=" + std::to_string(v.group), "-DSMELT_W_TILED=" + std::to_string(v.tiled),
           "-DSMELT_MMA_TPW=" + std::to_string(v.tpw), "-DSMELT_MMA_DOWN_TPW=" + std::to_string(v.down_tpw),
           "-DSMELT_MMA_L2PF=" + std::to_string(v.l2pf),
-          "-DSMELT_MMA_FP4_PAIR_STAGES=" + std::to_string(v.fp4_pair_stages),
-          "-DSMELT_WO_TILED=" + std::to_string(v.wo_tiled)};
+          "-DSMELT_MMA_FP4_PAIR_STAGES=" + std::to_string(v.fp4_pair_stages)};
 }
 
 // gemv_mma.cuh mma_smem_bytes with the variant's ring.
@@ -79,10 +76,7 @@ unsigned mma_smem(int K, int rows, int ring) { return smelt::runtime::cuda::mma_
 // K segments as the launcher picks them.
 int ksplit(int64_t tiles, int nb, unsigned blocks) { return smelt::runtime::cuda::mma_ksplit(tiles, nb, blocks); }
 
-// kWoLinear: the weight-only grouped FP8 linear (wo_a: G = kWoGroups groups of N x K), smelt_linear_fp8_r1 in the
-// non-wg variants, smelt_linear_fp8_wgmma in the wg ones (what the runtime launches on sm_90 with the model's numerics).
-enum Kind { kLinear, kSharedExpert, kRoutedExperts, kWoLinear };
-constexpr int kWoGroups = 8;
+enum Kind { kLinear, kSharedExpert, kRoutedExperts };
 struct Shape {
   const char* name;
   Kind kind;
@@ -92,7 +86,6 @@ struct Shape {
 const Shape kShapes[] = {
     {"wq_a 5120x1280", kLinear, 5120, 1280, 4},     {"wkv 5120x512", kLinear, 5120, 512, 4},
     {"wq_b 1280x32768", kLinear, 1280, 32768, 4},   {"wo_b 8192x5120", kLinear, 8192, 5120, 4},
-    {"wo_a 8x(4096x1024) weight-only", kWoLinear, 4096, 1024, 4},
     {"idx wq_b 1280x4096", kLinear, 1280, 4096, 1}, {"engram wkv 6144x25600", kLinear, 6144, 25600, 1},
     {"shared expert fp8 5120/2304", kSharedExpert, 5120, 2304, 4},
     {"routed experts fp4 6 of 384 5120/2304", kRoutedExperts, 5120, 2304, 4},
@@ -216,25 +209,24 @@ int run(const std::string& dir, int iters, const std::string& only, const std::s
     if (!only.empty() && std::string(sh.name).find(only) == std::string::npos) continue;
     const int K = sh.K, N = sh.N;
     // Buffers: linear weights [N, K] + scales [N/32, K/32] in `copies` rotations; experts: kExperts (routed) or 1.
-    const int G = sh.kind == kWoLinear ? kWoGroups : 1;
-    const size_t wbytes = size_t(G) * N * K, sbytes = size_t((G * N + 31) / 32) * ((K + 31) / 32);
+    const size_t wbytes = size_t(N) * K, sbytes = size_t((N + 31) / 32) * ((K + 31) / 32);
     std::vector<DevPtr> W, Sc;
     ExpertW ew{};
     DevPtr x = 0, h = 0, y = 0, idx = 0, rw = 0;
     double bytes = 0;  // read per launch (weights + scales)
     int copies = 1;
-    if (sh.kind == kLinear || sh.kind == kWoLinear) {
+    if (sh.kind == kLinear) {
       copies = int(std::max<size_t>(2, (size_t(256) << 20) / (wbytes + sbytes) + 1));
       for (int c = 0; c < copies; ++c) {
         W.push_back(gpu().alloc(wbytes)), Sc.push_back(gpu().alloc(sbytes));
         fill(W.back(), wbytes, false, uint32_t(c)), fill(Sc.back(), sbytes, true, uint32_t(c));
       }
       bytes = double(wbytes + sbytes);
-      std::vector<float> xv(static_cast<size_t>(G) * K);
+      std::vector<float> xv(static_cast<size_t>(K));
       std::normal_distribution<float> nd(0.f, 1.f);
       for (auto& v : xv) v = nd(rng);
       x = gpu().put(xv);
-      y = gpu().alloc(size_t(G) * N * 4);
+      y = gpu().alloc(size_t(N) * 4);
     } else {
       const bool fp4 = sh.kind == kRoutedExperts;
       // The shared expert rotates over 8 copies (ExpertW bases moved per launch), the routed ones over the sets of idx.
@@ -282,12 +274,7 @@ int run(const std::string& dir, int iters, const std::string& only, const std::s
         bool wgl = false;  // the FP8 linear on wgmma (64-row tiles, K split 1 or even, across blocks past 2)
       };
       std::vector<L> ls;
-      if (sh.kind == kWoLinear && v->wg) {  // ops_mma.cc try_linear_wo_wgmma
-        ls.push_back({lin, "smelt_linear_fp8_wgmma", K, smelt::runtime::cuda::mma_wg_linear_tiles(int64_t(G) * N),
-                      mma_smem(K, 3, v->ring), bytes, 4, true});  // mma_wo_wg_smem_bytes
-      } else if (sh.kind == kWoLinear) {  // the r1 kernel at the runtime's grid (4 columns a warp: ops.cc r1_cols)
-        ls.push_back({lin, "smelt_linear_fp8_r1", K, 0, 0, bytes});
-      } else if (sh.kind == kLinear && v->wg) {  // ops_mma.cc's one-row FP8 linear on sm_90
+      if (sh.kind == kLinear && v->wg) {  // ops_mma.cc's one-row FP8 linear on sm_90
         ls.push_back({lin, "smelt_gemv_fp8_wgmma", K, smelt::runtime::cuda::mma_wg_linear_tiles(N),
                       mma_smem(K, 1, v->ring), bytes, 4, true});
       } else if (sh.kind == kLinear) {
@@ -318,25 +305,16 @@ int run(const std::string& dir, int iters, const std::string& only, const std::s
         // the wgmma linear's tile counts and partials (all zeros between launches), for its largest split
         const DevPtr zw = l.wgl ? gpu().alloc(rc::mma_wg_linear_zeroed_bytes(l.tiles, 16)) : 0;
         const DevPtr zp = zw + rc::mma_wg_linear_partials_offset(l.tiles);
-        const bool r1 = l.fn == "smelt_linear_fp8_r1";
         for (int bps = 1; bps <= std::min(occ, 4); ++bps)
           for (int S : {1, 2, 4, 6, 8, 16}) {
             if (nb / S < 4 || (!l.wgl && (S == 6 || S == 16 || S * l.wr > 8))) continue;
-            if (r1 && (bps != 2 || S != S_launcher)) continue;  // one launch shape
             if (launcher_only && !(bps == 2 && S == S_launcher)) continue;  // --launcher (profiling: ncu -s N -c 1)
             const int per_block = l.wgl ? 1 : 8 / l.wr / S;  // tiles a block group
             const int64_t groups = l.wgl ? rc::mma_wg_linear_groups(l.tiles, S) : (l.tiles + per_block - 1) / per_block;
             const unsigned grid = unsigned(std::min<int64_t>(groups, int64_t(bps) * sms));
             auto go = [&](int i) {
               const int c = i % copies;
-              if (r1) {
-                gpu().launch(l.fam, l.fn.c_str(), unsigned((N + 31) / 32), unsigned(G), 1, 256, 0, x, y, W[size_t(c)],
-                             Sc[size_t(c)], 1, K, N, 32, 1.f, 1);
-              } else if (sh.kind == kWoLinear) {
-                const DevPtr cnt = S > 2 ? zw : 0, xpart = S > 2 ? zp : 0;
-                gpu().launch(l.fam, l.fn.c_str(), grid, 1, 1, 256, l.smem, x, y, W[size_t(c)], Sc[size_t(c)], K, N, G, 32,
-                             1.f, 1, S, xpart, cnt);
-              } else if (l.wgl) {
+              if (l.wgl) {
                 const int blk = 32, round = 1;
                 const float sa = 1.f;
                 const DevPtr cnt = S > 2 ? zw : 0, xpart = S > 2 ? zp : 0;

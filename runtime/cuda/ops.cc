@@ -327,9 +327,7 @@ bool try_experts_with_shared(Ctx& c, const detail::ExpertsLaunch& el) {
   const DevPtr h = c.scratch(uint64_t(F) * 4);
   const detail::ExpertsLaunch s{l2.in[0], 0, 0, h, l2.out[0], ew, int(l2.in_w[0]), F, 1, 1, f,
                                 float(op2.f("swiglu_limit")), false, is_round(op2)};
-  // The shared down's K split memory: the shared op's own zeroed memory (its prepare carved it, run_experts).
-  const DevPtr wz = model ? detail::wgmma_linear_zeroed(c2, f, F, int(l2.in_w[0])) : 0;
-  const bool ok = c.used <= c.l.scratch_bytes && (model ? detail::try_experts_mma_with_shared(c, el, s, wz)
+  const bool ok = c.used <= c.l.scratch_bytes && (model ? detail::try_experts_mma_with_shared(c, el, s)
                                                         : detail::try_experts_wo_ring_with_shared(c, el, s));
   if (!ok) c.used = used;
   return ok;
@@ -339,11 +337,6 @@ bool try_experts_with_shared(Ctx& c, const detail::ExpertsLaunch& el) {
 void run_experts(Ctx& c, bool routed) {
   const OpLaunch& l = c.l;
   const OpRef& op = c.op();
-  // The shared expert's down (one FP8 slot: an act-quant linear of F -> D) may run on the one-row wgmma linear when
-  // the routed op runs it in its pair (ops_mma.cc try_experts_mma_with_shared): its K split's memory is this op's.
-  if (!routed && op.scaled && detail::model_rounding(op) && weight(l, 0) && weight(l, 0)->shape.size() == 2)
-    detail::wgmma_linear_zeroed(c, detail::linear_format(c, weight(l, 0), weight(l, 1), "w1"),
-                                int(weight(l, 0)->shape[0]), int(l.in_w[0]));
   if (!routed && l.shared_done && !c.dry) {  // the moe_experts op before it ran this op's kernels in its own
     l.shared_done = false;
     c.round_done = true;  // its down kernel applied the op's round

@@ -200,7 +200,7 @@ bool try_experts_mma(Ctx& c, const ExpertsLaunch& a) {
   return true;
 }
 
-bool try_experts_mma_with_shared(Ctx& c, const ExpertsLaunch& a, const ExpertsLaunch& s, DevPtr wz_down) {
+bool try_experts_mma_with_shared(Ctx& c, const ExpertsLaunch& a, const ExpertsLaunch& s) {
   if (!wgmma_experts(c.l, a.f) || !s.f.quant || std::string(s.f.fmt) != "fp8" || a.topk < 1 || a.topk > 8 ||
       s.topk != 1 || s.D != a.D || a.D % 32 || a.F % 32 || s.F % 32)
     return false;
@@ -224,13 +224,8 @@ bool try_experts_mma_with_shared(Ctx& c, const ExpertsLaunch& a, const ExpertsLa
   if (up_only) {
     c.go("smelt_moe_down_fp4_wgmma", r_down, 1, 1, kMmaWarps * 32, mma_smem_bytes(a.F, a.topk), a.h, a.D, a.F, a.topk,
          a.idx, a.n_experts, ew, int(a.f.blk), rb, 0, a.out, s_down);
-    // The shared down is an act-quant linear of F -> D (w2 [D, F], its act quant, its bf16 round: rb): on sm_90 the
-    // one-row wgmma linear, so that the step's FP8 sums are all on one kernel (docs/performance.md "Session 29";
-    // $SMELT_CUDA_SHARED_DOWN_WG=0: the mma.sync expert down, A/B timing).
-    static const bool down_wg = !env_off("SMELT_CUDA_SHARED_DOWN_WG");
-    if (!(down_wg && try_linear_mma(c, s.h, s.out, s.f, s.ew.base[2], s.ew.base[3], 1, s.F, s.D, 1.f, 1, wz_down)))
-      c.go("smelt_moe_down_fp8_mma", g_down, 1, 1, kMmaWarps * 32, mma_smem_bytes(s.F, 1), s.h, s.D, s.F, 1, DevPtr(0),
-           1, s.ew, int(s.f.blk), rb, int(s.round), s.out, sp.s_down);
+    c.go("smelt_moe_down_fp8_mma", g_down, 1, 1, kMmaWarps * 32, mma_smem_bytes(s.F, 1), s.h, s.D, s.F, 1, DevPtr(0), 1,
+         s.ew, int(s.f.blk), rb, int(s.round), s.out, sp.s_down);
     return true;
   }
   c.go("smelt_moe_down_fp4_wgmma_with_fp8", r_down + g_down, 1, 1, kMmaWarps * 32, smem_down, a.h, a.D, a.F, a.topk,

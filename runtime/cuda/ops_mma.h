@@ -24,8 +24,7 @@ bool try_experts_mma(Ctx& c, const ExpertsLaunch& a);
 // false (nothing launched) where either kernel does not apply. Only for ops the backend paired, which it does only with
 // $SMELT_CUDA_FUSE_SHARED=1 (=up: the downs as two launches): measured slower in the step (docs/performance.md
 // "Session 22").
-// wz_down: the shared op's zeroed memory for its down's K split on the wgmma linear (wgmma_linear_zeroed).
-bool try_experts_mma_with_shared(Ctx& c, const ExpertsLaunch& a, const ExpertsLaunch& s, DevPtr wz_down = 0);
+bool try_experts_mma_with_shared(Ctx& c, const ExpertsLaunch& a, const ExpertsLaunch& s);
 // The weight-only FP4 (and with $SMELT_CUDA_WO_RING=all FP8) expert FFN of one row (run_experts without the model's
 // numerics, sm_80+) on the same ring, in fp32 accuracy as the wo_mma kernels (ops_wo_mma.h), which take the other row
 // counts and formats.

@@ -38,6 +38,9 @@ constexpr int kMmaWarps = 8;  // block of 256 threads
 #ifndef SMELT_MMA_MIN_BLOCKS
 #define SMELT_MMA_MIN_BLOCKS 2  // __launch_bounds__ blocks per multiprocessor (sets the register budget)
 #endif
+#ifndef SMELT_MMA_PROBE
+#define SMELT_MMA_PROBE 0  // timing probes of the FP4 wgmma ring (tests/kernels_cuda/bench_mma_gemv "wgp*"): wrong sums
+#endif
 #ifndef SMELT_MMA_GROUP
 #define SMELT_MMA_GROUP 4  // blocks consumed per cp.async wait
 #endif
@@ -746,23 +749,49 @@ struct MmaSegment {
         e2m1x8_e4m3(*reinterpret_cast<const u32*>(st + g * 16), a[m][0], a[m][2]);
         e2m1x8_e4m3(*reinterpret_cast<const u32*>(st + (g + 8) * 16), a[m][1], a[m][3]);
       }
+#if SMELT_MMA_PROBE == 3  // timing probe ("wgp3"): no wgmma, the sums made from the fragments
+#pragma unroll
+      for (int m = 0; m < NW; ++m)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) c[m][i] = __uint_as_float(a[m][i] & 0x3F7FFFFFu);
+      (void)dlo;
+      return;
+#endif
       wgmma_fence();
 #pragma unroll
       for (int m = 0; m < NW; ++m) wgmma_e4m3_64x8x32(c[m], a[m], wgmma_desc(dlo + 4 * u32(b)));
       wgmma_commit();
     };
-    auto fold = [&](int b, u32 scale, float (*c)[4]) {
+    // A block's fold in two halves: its factors (activation scale x weight scale of each row, what mma_fold<1>
+    // multiplies: the same bits) before the wait for its wgmmas, the adds and FMAs after it (wgmma_ready is a compiler
+    // barrier, so the decode and the scale's shared load had sat behind the wait). H200, alone: the V4.1 up 32.6 ->
+    // 32.1 us, down 15.3 -> 15.1; the decode step unchanged (docs/performance.md "Session 29", where bench_mma_gemv's
+    // "wgp*" probes put the ring alone at 23.2 us and the up without its folds at 23.1).
+    auto factors = [&](int b, u32 scale, float* f) {
       float ws[2 * NW];
       e8m0x4_decode<2 * NW>(scale, ws);
-      const float xf = __fmul_rn(xsl[b * 8], 64.f);
+      const float xf = __fmul_rn(xsl[(b < b1 ? b : b1 - 1) * 8], 64.f);  // blocks past the segment are not folded
+#pragma unroll
+      for (int i = 0; i < 2 * NW; ++i) f[i] = __fmul_rn(xf, ws[i]);
+    };
+    auto fold = [&](const float* f, float (*c)[4]) {
+#if SMELT_MMA_PROBE == 2  // timing probe ("wgp2"): the wgmmas, no fold
+      (void)f, (void)c;
+      return;
+#endif
 #pragma unroll
       for (int m = 0; m < NW; ++m) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) wgmma_ready(c[m][i]);
-        const float bs[4] = {__fadd_rn(c[m][0], c[m][1]), 0.f, __fadd_rn(c[m][2], c[m][3]), 0.f};  // the two columns
-        mma_fold<1>(acc[m], bs, xf, 0.f, ws[2 * m], ws[2 * m + 1]);
+        // the two columns, then mma_fold<1>'s c * (xs * w) + acc
+        acc[m][0] = __fmaf_rn(__fadd_rn(c[m][0], c[m][1]), f[2 * m], acc[m][0]);
+        acc[m][1] = __fmaf_rn(__fadd_rn(c[m][2], c[m][3]), f[2 * m + 1], acc[m][1]);
       }
     };
+#if SMELT_MMA_PROBE == 1  // timing probe (bench_mma_gemv "wgp1"): the ring's copies and waits alone, no sums
+    fp4_groups(b0, b1, [&](int bb, int j0) { issue_fp4_group(j0, G, bb + j0 + D); });
+    return;
+#endif
     fp4_groups(b0, b1, [&](int bb, int j0) {
       u32 scale[G];
       group_scales<G>(j0, scale);
@@ -770,6 +799,7 @@ struct MmaSegment {
       // and sums; a wait for all of them after each block left every warp idle for the MMA's latency).
       u32 a[2][NW][4];
       float c[2][NW][4];
+      float f[2 * NW];
       mma(j0, 0, bb + j0, a[0], c[0]);
 #pragma unroll
       for (int j = 1; j < G; ++j) {
@@ -778,11 +808,13 @@ struct MmaSegment {
           __syncwarp();
           issue_fp4_group(j0, G, bb + j0 + D);
         }
+        factors(bb + j0 + j - 1, scale[j - 1], f);
         wgmma_wait<1>();  // block j - 1's sums
-        if (bb + j0 + j - 1 < b1) fold(bb + j0 + j - 1, scale[j - 1], c[(j - 1) & 1]);
+        if (bb + j0 + j - 1 < b1) fold(f, c[(j - 1) & 1]);
       }
+      factors(bb + j0 + G - 1, scale[G - 1], f);
       wgmma_wait<0>();
-      if (bb + j0 + G - 1 < b1) fold(bb + j0 + G - 1, scale[G - 1], c[(G - 1) & 1]);
+      if (bb + j0 + G - 1 < b1) fold(f, c[(G - 1) & 1]);
     });
   }
 
@@ -815,15 +847,21 @@ struct MmaSegment {
       for (int m = 0; m < NW; ++m) wgmma_e4m3_64x8x32(c[m], a[m], wgmma_desc(dlo + 4 * u32(b)));
       wgmma_commit();
     };
-    auto fold = [&](int b, float (*c)[4]) {
-      const float xs = xsl[b * 8];
+    // As run_wg: the block's factors (xs * w, one weight scale a matrix) before the wait, the sums after it.
+    auto factors = [&](int b, float* f) {
+      const int bc = b < b1 ? b : b1 - 1;  // blocks past the segment are not folded: any scale byte of it
+      const float xs = xsl[bc * 8];
+#pragma unroll
+      for (int m = 0; m < NW; ++m) f[m] = __fmul_rn(xs, e8m0_decode(scl[m * nb_ + bc - b0_]));
+    };
+    auto fold = [&](const float* f, float (*c)[4]) {
 #pragma unroll
       for (int m = 0; m < NW; ++m) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) wgmma_ready(c[m][i]);
-        const float wa = e8m0_decode(scl[m * nb_ + b - b0_]);
-        const float bs[4] = {__fadd_rn(c[m][0], c[m][1]), 0.f, __fadd_rn(c[m][2], c[m][3]), 0.f};  // the two columns
-        mma_fold<1>(acc[m], bs, xs, 0.f, wa, wa);
+        // the two columns, then mma_fold<1>'s c * (xs * w) + acc
+        acc[m][0] = __fmaf_rn(__fadd_rn(c[m][0], c[m][1]), f[m], acc[m][0]);
+        acc[m][1] = __fmaf_rn(__fadd_rn(c[m][2], c[m][3]), f[m], acc[m][1]);
       }
     };
     int slot = 0;
@@ -832,6 +870,7 @@ struct MmaSegment {
       cp_async_wait<D - G>();  // this lane's copies of blocks b .. b + G - 1 have landed ...
       __syncwarp();            // ... and every lane's
       float c[2][NW][4];       // two blocks in flight, as run_wg
+      float f[NW];
       mma(slot, b, c[0]);
 #pragma unroll
       for (int j = 1; j < G; ++j) {
@@ -840,11 +879,13 @@ struct MmaSegment {
           __syncwarp();
           issue_fp8_group(slot, G, b + D);
         }
+        factors(b + j - 1, f);
         wgmma_wait<1>();
-        if (b + j - 1 < b1) fold(b + j - 1, c[(j - 1) & 1]);
+        if (b + j - 1 < b1) fold(f, c[(j - 1) & 1]);
       }
+      factors(b + G - 1, f);
       wgmma_wait<0>();
-      if (b + G - 1 < b1) fold(b + G - 1, c[(G - 1) & 1]);
+      if (b + G - 1 < b1) fold(f, c[(G - 1) & 1]);
       slot = (slot + G) & (D - 1);
     }
   }

@@ -44,6 +44,7 @@ struct Variant {
   int l2pf = 128;    // SMELT_MMA_L2PF: L2 prefetch hint of the weight copies (bytes)
   int fp4_pair_stages = 8;  // SMELT_MMA_FP4_PAIR_STAGES: ring stages of the experts' FP4 gate + up segment
   int wg = 0;        // routed FP4 experts by the wgmma kernels (sm_90: 64-row tiles of a warpgroup)
+  int probe = 0;     // SMELT_MMA_PROBE: the FP4 wgmma ring without its sums (1), fold (2) or wgmmas (3): timing only
 };
 // "base" is what the runtime compiles (the knobs' defaults). Every FP4 stage of two matrices is 512 bytes and an FP8
 // one of two matrices 1 KB; a ring must hold at least one group of stages (group <= ring / stage). The codes are
@@ -60,6 +61,10 @@ const Variant kVariants[] = {
     {"wg", 8192, 2, 4, 1, 1, 2, 128, 8, 1},     // the FP4 experts on wgmma (what the runtime launches on sm_90)
     {"wgp16", 8192, 2, 4, 1, 1, 2, 128, 16, 1}, // + 16 ring stages for the gate + up (up 35.0 -> 38.1 us)
     {"wgg8", 8192, 2, 8, 1, 1, 2, 128, 16, 1},  // + one wait per 8 stages of 16 (up 40.1 us)
+    // What bounds the wgmma FP4 experts (session 29): the same ring with parts of the work taken out (wrong sums)
+    {"wgp1", 8192, 2, 4, 1, 1, 2, 128, 8, 1, 1},  // the ring's copies and waits alone
+    {"wgp2", 8192, 2, 4, 1, 1, 2, 128, 8, 1, 2},  // + conversions and wgmmas, no fold
+    {"wgp3", 8192, 2, 4, 1, 1, 2, 128, 8, 1, 3},  // + conversions and fold, no wgmmas
 };
 
 std::vector<std::string> defines(const Variant& v) {
@@ -67,7 +72,8 @@ std::vector<std::string> defines(const Variant& v) {
           "-DSMELT_MMA_GROUP=" + std::to_string(v.group), "-DSMELT_W_TILED=" + std::to_string(v.tiled),
           "-DSMELT_MMA_TPW=" + std::to_string(v.tpw), "-DSMELT_MMA_DOWN_TPW=" + std::to_string(v.down_tpw),
           "-DSMELT_MMA_L2PF=" + std::to_string(v.l2pf),
-          "-DSMELT_MMA_FP4_PAIR_STAGES=" + std::to_string(v.fp4_pair_stages)};
+          "-DSMELT_MMA_FP4_PAIR_STAGES=" + std::to_string(v.fp4_pair_stages),
+          "-DSMELT_MMA_PROBE=" + std::to_string(v.probe)};
 }
 
 // gemv_mma.cuh mma_smem_bytes with the variant's ring.

@@ -40,6 +40,11 @@ constexpr int kMmaWarps = 8;  // block of 256 threads
 #endif
 #ifndef SMELT_MMA_PROBE
 #define SMELT_MMA_PROBE 0  // timing probes of the FP4 wgmma ring (tests/kernels_cuda/bench_mma_gemv "wgp*"): wrong sums
+// (1: the ring alone; 2: + conversions and wgmmas, no fold; 3: + conversions and folds, no wgmmas; 4: as 2 with each
+// wgmma's result read by one add)
+#endif
+#ifndef SMELT_MMA_WG_CARRY
+#define SMELT_MMA_WG_CARRY 0  // the FP4 wgmma ring's in-flight block carried across groups (MmaSegment::run_wg)
 #endif
 #ifndef SMELT_MMA_GROUP
 #define SMELT_MMA_GROUP 4  // blocks consumed per cp.async wait
@@ -778,6 +783,14 @@ struct MmaSegment {
 #if SMELT_MMA_PROBE == 2  // timing probe ("wgp2"): the wgmmas, no fold
       (void)f, (void)c;
       return;
+#elif SMELT_MMA_PROBE == 4  // timing probe ("wgp4"): the wgmmas, their results used by one add (kept live)
+      (void)f;
+#pragma unroll
+      for (int m = 0; m < NW; ++m) {
+        wgmma_ready(c[m][0]);
+        acc[m][0] += c[m][0];
+      }
+      return;
 #endif
 #pragma unroll
       for (int m = 0; m < NW; ++m) {
@@ -790,6 +803,46 @@ struct MmaSegment {
     };
 #if SMELT_MMA_PROBE == 1  // timing probe (bench_mma_gemv "wgp1"): the ring's copies and waits alone, no sums
     fp4_groups(b0, b1, [&](int bb, int j0) { issue_fp4_group(j0, G, bb + j0 + D); });
+    return;
+#endif
+#if SMELT_MMA_WG_CARRY
+    // Variant (bench_mma_gemv "wgc", off by default: not yet measured in the step): the group's last block is not
+    // waited for at the group's end but folded after the next group's first wgmmas are issued, so that the
+    // warpgroup keeps a block in flight across groups (the default drains it every G blocks). G even: the carried
+    // block is in buffer 1, the next group's first in buffer 0.
+    static_assert(G % 2 == 0, "the carried block's buffer");
+    u32 a[2][NW][4];
+    float c[2][NW][4];
+    float fc[2 * NW];
+    bool first = true, carried = false;
+    fp4_groups(b0, b1, [&](int bb, int j0) {
+      u32 scale[G];
+      group_scales<G>(j0, scale);
+      float f[2 * NW];
+#pragma unroll
+      for (int j = 0; j < G; ++j) {
+        mma(j0, j, bb + j0 + j, a[j & 1], c[j & 1]);
+        if (j == G - 1) {
+          __syncwarp();
+          issue_fp4_group(j0, G, bb + j0 + D);
+        }
+        if (j == 0) {
+          if (!first) {  // the previous group's last block (also past b1: its a[1] is reused by block 1)
+            wgmma_wait<1>();
+            if (carried) fold(fc, c[1]);
+          }
+        } else {
+          factors(bb + j0 + j - 1, scale[j - 1], f);
+          wgmma_wait<1>();
+          if (bb + j0 + j - 1 < b1) fold(f, c[(j - 1) & 1]);
+        }
+      }
+      factors(bb + j0 + G - 1, scale[G - 1], fc);
+      carried = bb + j0 + G - 1 < b1;
+      first = false;
+    });
+    wgmma_wait<0>();
+    if (carried) fold(fc, c[1]);
     return;
 #endif
     fp4_groups(b0, b1, [&](int bb, int j0) {

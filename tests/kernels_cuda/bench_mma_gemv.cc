@@ -45,6 +45,7 @@ struct Variant {
   int fp4_pair_stages = 8;  // SMELT_MMA_FP4_PAIR_STAGES: ring stages of the experts' FP4 gate + up segment
   int wg = 0;        // routed FP4 experts by the wgmma kernels (sm_90: 64-row tiles of a warpgroup)
   int probe = 0;     // SMELT_MMA_PROBE: the FP4 wgmma ring without its sums (1), fold (2) or wgmmas (3): timing only
+  int carry = 0;     // SMELT_MMA_WG_CARRY: the FP4 wgmma ring keeps a block in flight across its groups
 };
 // "base" is what the runtime compiles (the knobs' defaults). Every FP4 stage of two matrices is 512 bytes and an FP8
 // one of two matrices 1 KB; a ring must hold at least one group of stages (group <= ring / stage). The codes are
@@ -65,6 +66,8 @@ const Variant kVariants[] = {
     {"wgp1", 8192, 2, 4, 1, 1, 2, 128, 8, 1, 1},  // the ring's copies and waits alone
     {"wgp2", 8192, 2, 4, 1, 1, 2, 128, 8, 1, 2},  // + conversions and wgmmas, no fold
     {"wgp3", 8192, 2, 4, 1, 1, 2, 128, 8, 1, 3},  // + conversions and fold, no wgmmas
+    {"wgp4", 8192, 2, 4, 1, 1, 2, 128, 8, 1, 4},  // as wgp2, each wgmma's result read by one add
+    {"wgc", 8192, 2, 4, 1, 1, 2, 128, 8, 1, 0, 1},  // wg with a block carried in flight across groups
 };
 
 std::vector<std::string> defines(const Variant& v) {
@@ -73,7 +76,7 @@ std::vector<std::string> defines(const Variant& v) {
           "-DSMELT_MMA_TPW=" + std::to_string(v.tpw), "-DSMELT_MMA_DOWN_TPW=" + std::to_string(v.down_tpw),
           "-DSMELT_MMA_L2PF=" + std::to_string(v.l2pf),
           "-DSMELT_MMA_FP4_PAIR_STAGES=" + std::to_string(v.fp4_pair_stages),
-          "-DSMELT_MMA_PROBE=" + std::to_string(v.probe)};
+          "-DSMELT_MMA_PROBE=" + std::to_string(v.probe), "-DSMELT_MMA_WG_CARRY=" + std::to_string(v.carry)};
 }
 
 // gemv_mma.cuh mma_smem_bytes with the variant's ring.

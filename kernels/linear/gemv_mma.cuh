@@ -41,7 +41,7 @@ constexpr int kMmaWarps = 8;  // block of 256 threads
 #ifndef SMELT_MMA_PROBE
 #define SMELT_MMA_PROBE 0  // timing probes of the FP4 wgmma ring (tests/kernels_cuda/bench_mma_gemv "wgp*"): wrong sums
 // (1: the ring alone; 2: + conversions and wgmmas, no fold; 3: + conversions and folds, no wgmmas; 4: as 2 with each
-// wgmma's result read by one add)
+// wgmma's result read by one add; 5: everything but the weight scales' loads and decode)
 #endif
 #ifndef SMELT_MMA_WG_CARRY
 #define SMELT_MMA_WG_CARRY 0  // the FP4 wgmma ring's in-flight block carried across groups (MmaSegment::run_wg)
@@ -774,7 +774,13 @@ struct MmaSegment {
     // "wgp*" probes put the ring alone at 23.2 us and the up without its folds at 23.1).
     auto factors = [&](int b, u32 scale, float* f) {
       float ws[2 * NW];
+#if SMELT_MMA_PROBE == 5  // timing probe ("wgp5"): the whole fold with every weight scale 1 (no scale loads, decode)
+      (void)scale;
+#pragma unroll
+      for (int i = 0; i < 2 * NW; ++i) ws[i] = 1.f;
+#else
       e8m0x4_decode<2 * NW>(scale, ws);
+#endif
       const float xf = __fmul_rn(xsl[(b < b1 ? b : b1 - 1) * 8], 64.f);  // blocks past the segment are not folded
 #pragma unroll
       for (int i = 0; i < 2 * NW; ++i) f[i] = __fmul_rn(xf, ws[i]);

@@ -67,6 +67,7 @@ const Variant kVariants[] = {
     {"wgp2", 8192, 2, 4, 1, 1, 2, 128, 8, 1, 2},  // + conversions and wgmmas, no fold
     {"wgp3", 8192, 2, 4, 1, 1, 2, 128, 8, 1, 3},  // + conversions and fold, no wgmmas
     {"wgp4", 8192, 2, 4, 1, 1, 2, 128, 8, 1, 4},  // as wgp2, each wgmma's result read by one add
+    {"wgp5", 8192, 2, 4, 1, 1, 2, 128, 8, 1, 5},  // the whole kernel, every weight scale 1 (no scale loads, decode)
     {"wgc", 8192, 2, 4, 1, 1, 2, 128, 8, 1, 0, 1},  // wg with a block carried in flight across groups
 };
 

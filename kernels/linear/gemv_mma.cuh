@@ -771,7 +771,8 @@ struct MmaSegment {
     // multiplies: the same bits) before the wait for its wgmmas, the adds and FMAs after it (wgmma_ready is a compiler
     // barrier, so the decode and the scale's shared load had sat behind the wait). H200, alone: the V4.1 up 32.6 ->
     // 32.1 us, down 15.3 -> 15.1; the decode step unchanged (docs/performance.md "Session 29", where bench_mma_gemv's
-    // "wgp*" probes put the ring alone at 23.2 us and the up without its folds at 23.1).
+    // "wgp*" probes put the ring alone at 23.2 us and the whole up without the FP4 scale words' loads, permutes and
+    // decode at 25.8: the register ring scw is what costs).
     auto factors = [&](int b, u32 scale, float* f) {
       float ws[2 * NW];
 #if SMELT_MMA_PROBE == 5  // timing probe ("wgp5"): the whole fold with every weight scale 1 (no scale loads, decode)
@@ -812,7 +813,7 @@ struct MmaSegment {
     return;
 #endif
 #if SMELT_MMA_WG_CARRY
-    // Variant (bench_mma_gemv "wgc", off by default: not yet measured in the step): the group's last block is not
+    // Variant (bench_mma_gemv "wgc", off: slower alone, the V4.1 up 33.6 against 31.9 us): the group's last block is not
     // waited for at the group's end but folded after the next group's first wgmmas are issued, so that the
     // warpgroup keeps a block in flight across groups (the default drains it every G blocks). G even: the carried
     // block is in buffer 1, the next group's first in buffer 0.

@@ -43,9 +43,6 @@ constexpr int kMmaWarps = 8;  // block of 256 threads
 // (1: the ring alone; 2: + conversions and wgmmas, no fold; 3: + conversions and folds, no wgmmas; 4: as 2 with each
 // wgmma's result read by one add; 5: everything but the weight scales' loads and decode)
 #endif
-#ifndef SMELT_MMA_WG_CARRY
-#define SMELT_MMA_WG_CARRY 0  // the FP4 wgmma ring's in-flight block carried across groups (MmaSegment::run_wg)
-#endif
 #ifndef SMELT_MMA_GROUP
 #define SMELT_MMA_GROUP 4  // blocks consumed per cp.async wait
 #endif
@@ -382,6 +379,13 @@ __device__ __forceinline__ void mma_fold(float* acc, const float* c, float xs0, 
     acc[0] = __fmaf_rn(c[0], __fmul_rn(xs0, wa), acc[0]);
     acc[1] = __fmaf_rn(c[2], __fmul_rn(xs0, wb), acc[1]);
   }
+}
+
+// mma_fold<1> of a wgmma block with its factors f_a / f_b (xs * w of rows g / g + 8) computed before the wait: the
+// block sum of each row is C column 0 + column 1 (the magnitude split of the staged activations), the same bits.
+__device__ __forceinline__ void mma_fold_cols(float* acc, const float* c, float f_a, float f_b) {
+  acc[0] = __fmaf_rn(__fadd_rn(c[0], c[1]), f_a, acc[0]);
+  acc[1] = __fmaf_rn(__fadd_rn(c[2], c[3]), f_b, acc[1]);
 }
 
 // mma_fold<1> of a weight-only block (MmaSegment's HL): the block sum of each weight row is C column 0 (the hi halves)
@@ -803,53 +807,11 @@ struct MmaSegment {
       for (int m = 0; m < NW; ++m) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) wgmma_ready(c[m][i]);
-        // the two columns, then mma_fold<1>'s c * (xs * w) + acc
-        acc[m][0] = __fmaf_rn(__fadd_rn(c[m][0], c[m][1]), f[2 * m], acc[m][0]);
-        acc[m][1] = __fmaf_rn(__fadd_rn(c[m][2], c[m][3]), f[2 * m + 1], acc[m][1]);
+        mma_fold_cols(acc[m], c[m], f[2 * m], f[2 * m + 1]);
       }
     };
 #if SMELT_MMA_PROBE == 1  // timing probe (bench_mma_gemv "wgp1"): the ring's copies and waits alone, no sums
     fp4_groups(b0, b1, [&](int bb, int j0) { issue_fp4_group(j0, G, bb + j0 + D); });
-    return;
-#endif
-#if SMELT_MMA_WG_CARRY
-    // Variant (bench_mma_gemv "wgc", off: slower alone, the V4.1 up 33.6 against 31.9 us): the group's last block is not
-    // waited for at the group's end but folded after the next group's first wgmmas are issued, so that the
-    // warpgroup keeps a block in flight across groups (the default drains it every G blocks). G even: the carried
-    // block is in buffer 1, the next group's first in buffer 0.
-    static_assert(G % 2 == 0, "the carried block's buffer");
-    u32 a[2][NW][4];
-    float c[2][NW][4];
-    float fc[2 * NW];
-    bool first = true, carried = false;
-    fp4_groups(b0, b1, [&](int bb, int j0) {
-      u32 scale[G];
-      group_scales<G>(j0, scale);
-      float f[2 * NW];
-#pragma unroll
-      for (int j = 0; j < G; ++j) {
-        mma(j0, j, bb + j0 + j, a[j & 1], c[j & 1]);
-        if (j == G - 1) {
-          __syncwarp();
-          issue_fp4_group(j0, G, bb + j0 + D);
-        }
-        if (j == 0) {
-          if (!first) {  // the previous group's last block (also past b1: its a[1] is reused by block 1)
-            wgmma_wait<1>();
-            if (carried) fold(fc, c[1]);
-          }
-        } else {
-          factors(bb + j0 + j - 1, scale[j - 1], f);
-          wgmma_wait<1>();
-          if (bb + j0 + j - 1 < b1) fold(f, c[(j - 1) & 1]);
-        }
-      }
-      factors(bb + j0 + G - 1, scale[G - 1], fc);
-      carried = bb + j0 + G - 1 < b1;
-      first = false;
-    });
-    wgmma_wait<0>();
-    if (carried) fold(fc, c[1]);
     return;
 #endif
     fp4_groups(b0, b1, [&](int bb, int j0) {
@@ -919,9 +881,7 @@ struct MmaSegment {
       for (int m = 0; m < NW; ++m) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) wgmma_ready(c[m][i]);
-        // the two columns, then mma_fold<1>'s c * (xs * w) + acc
-        acc[m][0] = __fmaf_rn(__fadd_rn(c[m][0], c[m][1]), f[m], acc[m][0]);
-        acc[m][1] = __fmaf_rn(__fadd_rn(c[m][2], c[m][3]), f[m], acc[m][1]);
+        mma_fold_cols(acc[m], c[m], f[m], f[m]);
       }
     };
     int slot = 0;

@@ -44,8 +44,7 @@ struct Variant {
   int l2pf = 128;    // SMELT_MMA_L2PF: L2 prefetch hint of the weight copies (bytes)
   int fp4_pair_stages = 8;  // SMELT_MMA_FP4_PAIR_STAGES: ring stages of the experts' FP4 gate + up segment
   int wg = 0;        // routed FP4 experts by the wgmma kernels (sm_90: 64-row tiles of a warpgroup)
-  int probe = 0;     // SMELT_MMA_PROBE: the FP4 wgmma ring without its sums (1), fold (2) or wgmmas (3): timing only
-  int carry = 0;     // SMELT_MMA_WG_CARRY: the FP4 wgmma ring keeps a block in flight across its groups
+  int probe = 0;     // SMELT_MMA_PROBE (gemv_mma.cuh): the FP4 wgmma ring with parts of its work taken out, timing only
 };
 // "base" is what the runtime compiles (the knobs' defaults). Every FP4 stage of two matrices is 512 bytes and an FP8
 // one of two matrices 1 KB; a ring must hold at least one group of stages (group <= ring / stage). The codes are
@@ -68,7 +67,6 @@ const Variant kVariants[] = {
     {"wgp3", 8192, 2, 4, 1, 1, 2, 128, 8, 1, 3},  // + conversions and fold, no wgmmas
     {"wgp4", 8192, 2, 4, 1, 1, 2, 128, 8, 1, 4},  // as wgp2, each wgmma's result read by one add
     {"wgp5", 8192, 2, 4, 1, 1, 2, 128, 8, 1, 5},  // the whole kernel, every weight scale 1 (no scale loads, decode)
-    {"wgc", 8192, 2, 4, 1, 1, 2, 128, 8, 1, 0, 1},  // wg with a block carried in flight across groups
 };
 
 std::vector<std::string> defines(const Variant& v) {
@@ -77,7 +75,7 @@ std::vector<std::string> defines(const Variant& v) {
           "-DSMELT_MMA_TPW=" + std::to_string(v.tpw), "-DSMELT_MMA_DOWN_TPW=" + std::to_string(v.down_tpw),
           "-DSMELT_MMA_L2PF=" + std::to_string(v.l2pf),
           "-DSMELT_MMA_FP4_PAIR_STAGES=" + std::to_string(v.fp4_pair_stages),
-          "-DSMELT_MMA_PROBE=" + std::to_string(v.probe), "-DSMELT_MMA_WG_CARRY=" + std::to_string(v.carry)};
+          "-DSMELT_MMA_PROBE=" + std::to_string(v.probe)};
 }
 
 // gemv_mma.cuh mma_smem_bytes with the variant's ring.

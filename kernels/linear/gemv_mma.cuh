@@ -43,6 +43,9 @@ constexpr int kMmaWarps = 8;  // block of 256 threads
 // (1: the ring alone; 2: + conversions and wgmmas, no fold; 3: + conversions and folds, no wgmmas; 4: as 2 with each
 // wgmma's result read by one add; 5: everything but the weight scales' loads and decode)
 #endif
+#ifndef SMELT_MMA_FP4_SMEM_SCALES
+#define SMELT_MMA_FP4_SMEM_SCALES 1  // FP4 scale words by cp.async through shared memory (MmaSegment::sc_smem_)
+#endif
 #ifndef SMELT_MMA_GROUP
 #define SMELT_MMA_GROUP 4  // blocks consumed per cp.async wait
 #endif
@@ -138,7 +141,11 @@ __host__ __device__ constexpr int mma_x_stride(int K) { return 2 * K + 64; }
 __host__ __device__ constexpr int mma_ring_offset(int K, int rows_staged) {
   return rows_staged * mma_x_stride(K) + (K / 32) * 8 * 4 + kMmaWarps * 4 * 32 * 4;
 }
-__host__ __device__ constexpr int mma_scale_stride(int K) { return (2 * (K / 32) + 15) / 16 * 16; }
+// At least kMmaScaleMin: the FP4 scale ring in shared memory (MmaSegment::kSmemScales) uses the same area.
+constexpr int kMmaScaleMin = 256;
+__host__ __device__ constexpr int mma_scale_stride(int K) {
+  return (2 * (K / 32) + 15) / 16 * 16 > kMmaScaleMin ? (2 * (K / 32) + 15) / 16 * 16 : kMmaScaleMin;
+}
 __host__ __device__ constexpr int mma_smem_bytes(int K, int rows_staged) {
   return mma_ring_offset(K, rows_staged) + kMmaWarps * (kMmaRingBytes + mma_scale_stride(K));
 }
@@ -426,6 +433,8 @@ struct MmaSegment {
   static constexpr int DMAX = FP4 && NW == 2 ? SMELT_MMA_FP4_PAIR_STAGES : 16;
   static constexpr int D = kMmaRingBytes / SB < DMAX ? kMmaRingBytes / SB : DMAX;
   static_assert((D & (D - 1)) == 0 && D >= 4, "D: a power of two of at least one group");
+  // FP4: the scale words through a ring in shared memory (see scsrc below) where the warp's scale area holds it
+  static constexpr bool kSmemScales = FP4 && SMELT_MMA_FP4_SMEM_SCALES && D * 16 * NW <= kMmaScaleMin;
   const u8* src[NW];  // this lane's copy source of block 0 (FP8: row lane / 2, half lane % 2; FP4: row lane % 16)
   const u8* sA[NW];
   const u8* sB[NW];
@@ -445,10 +454,17 @@ struct MmaSegment {
   // g + 8 at 2m + 1), loaded a word at a time where they are 4-aligned (words_) and byte by byte elsewhere; the
   // permutes that make each block's scale word run when its group is consumed (group_scales), by when the loads
   // have long landed (a byte a block and row, permuted at issue, had the issue wait for them: 16 loads a group).
-  u32 scw[FP4 ? D / 4 : 1][2 * NW];
+  u32 scw[FP4 && !kSmemScales ? D / 4 : 1][2 * NW];
   u8* scl;  // FP8: [NW][K/32] scale bytes of this warp's segment, block b at scl[m * nb + b - b0]
   int nb_;
   bool words_;  // FP4: the scale rows and the segment's first block 4-aligned (issue_fp4_group's word loads)
+  // FP4 (kSmemScales): the scale words go through a ring in shared memory instead of the register ring scw: scl
+  // holds D / 4 slots of 16 NW words (a word a matrix row: its 4 blocks of the slot), copied by 4-byte cp.async in the
+  // copy group of the slot's first block (byte loads and a shared store where the rows are not 4-aligned). The
+  // register ring's __ldg words sat in registers for a ring's length and were waited for at group_scales:
+  // bench_mma_gemv's "wgp5" probe put the up's scale loads and decode at 6.6 of its 32.3 us (session 29). scsrc: this
+  // lane's copy source (matrix lane / 16, row lane % 16 of the tile).
+  const u8* scsrc;
 
   // warp_ring / warp_scales: mma_ring_offset(K, rows) + warp * kMmaRingBytes and
   // mma_ring_offset(K, rows) + kMmaWarps * kMmaRingBytes + warp * mma_scale_stride(K) in the kernel's shared memory.
@@ -489,6 +505,13 @@ struct MmaSegment {
         sA[m] = sB[m] = ws[m] + ((nm < N ? nm : n0) >> sh) * ncols;
       }
     }
+    if constexpr (FP4) {
+      // constant indices only (a lane-dependent ws[m] put the caller's pointer arrays in local memory)
+      const bool hi = NW == 2 && lane >= 16;
+      const int r = lane & 15;
+      const i64 nm = hi ? n0 + i64(NW - 1) * row_step : n0;
+      scsrc = (hi ? ws[NW - 1] : ws[0]) + (nm + r < N ? nm + r : n0) * nb;
+    }
     if (!FP4) {
       wdst = smem_addr(ring) + (lane >> 1) * 32 + (lane & 1) * 16;
     } else {
@@ -522,12 +545,28 @@ struct MmaSegment {
     const u8* wp = wsrc + i64(bn) * wstr;
 #pragma unroll
     for (int q = 0; q < n; q += 4) {
-      u32* v = scw[(j0 + q) / 4];
-      if (words_) {
+      if constexpr (kSmemScales) {  // the slot's words, in the copy group of block q
+        const int lane = threadIdx.x & 31;
+        const u32 dst = smem_addr(scl) + (((j0 + q) / 4) * 16 * NW + lane) * 4;
+        if (lane < 16 * NW) {
+          if (words_) {
+            cp_async4_zfill(dst, scsrc + bn + q, bn + q < b1_ ? 4 : 0);
+          } else {
+            u32 b[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) b[i] = bn + q + i < b1_ ? u32(__ldg(scsrc + bn + q + i)) : 0u;
+            asm volatile("st.shared.u32 [%0], %1;" ::"r"(dst), "r"(prmt(prmt(b[0], b[1], 0x0040u), prmt(b[2], b[3], 0x0040u), 0x5410u))
+                         : "memory");
+          }
+        }
+        (void)sp;
+      } else if (words_) {
+        u32* v = scw[(j0 + q) / 4];  // q, j0 constants once unrolled: registers
         const bool ok = bn + q < b1_;
 #pragma unroll
         for (int k = 0; k < 2 * NW; ++k) v[k] = ok ? __ldg(reinterpret_cast<const u32*>(sp[k] + q)) : 0u;
       } else {
+        u32* v = scw[(j0 + q) / 4];
 #pragma unroll
         for (int k = 0; k < 2 * NW; ++k) {
           u32 b[4];
@@ -552,7 +591,16 @@ struct MmaSegment {
     static_assert(G % 4 == 0, "whole scale words");
 #pragma unroll
     for (int q = 0; q < G; q += 4) {
-      const u32* v = scw[(j0 + q) / 4];
+      u32 v[2 * NW];
+      if constexpr (kSmemScales) {  // rows g, g + 8 of each matrix from the shared ring
+        const int g = (threadIdx.x & 31) >> 2;
+        const u32* w = reinterpret_cast<const u32*>(scl) + ((j0 + q) / 4) * 16 * NW;
+#pragma unroll
+        for (int m = 0; m < NW; ++m) v[2 * m] = w[m * 16 + g], v[2 * m + 1] = w[m * 16 + g + 8];
+      } else {
+#pragma unroll
+        for (int k = 0; k < 2 * NW; ++k) v[k] = scw[(j0 + q) / 4][k];
+      }
       // t: matrix 0's rows g / g + 8, blocks 0, 1 | 2, 3 interleaved; u: matrix 1's.
       const u32 t0 = prmt(v[0], v[1], 0x5140u), t1 = prmt(v[0], v[1], 0x7362u);
       if constexpr (NW == 2) {

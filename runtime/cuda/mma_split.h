@@ -2,16 +2,17 @@
 // memory they take: one copy for the launcher (runtime/cuda/ops_mma.cc) and the GPU tests / bench that launch the
 // same shapes.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 
 namespace smelt::runtime::cuda {
 
 // gemv_mma.cuh mma_smem_bytes: rows_staged rows of K staged f16 values (2 K + 64 bytes each), the scales [K/32][8],
 // the K-split partials, then the 8 warps' weight rings (ring_bytes: SMELT_MMA_RING_BYTES, 8192 unless a plan-time
-// define says otherwise) and FP8 scale bytes.
+// define says otherwise) and scale bytes (FP8 scales, the FP4 scale ring: at least 256 a warp).
 inline unsigned mma_smem_bytes(int K, int rows_staged, int ring_bytes = 8192) {
-  return unsigned(rows_staged * (2 * K + 64) + (K / 32) * 8 * 4 + 8 * 4 * 32 * 4 +
-                  8 * (ring_bytes + (2 * (K / 32) + 15) / 16 * 16));
+  const int scale_stride = std::max((2 * (K / 32) + 15) / 16 * 16, 256);  // gemv_mma.cuh mma_scale_stride
+  return unsigned(rows_staged * (2 * K + 64) + (K / 32) * 8 * 4 + 8 * 4 * 32 * 4 + 8 * (ring_bytes + scale_stride));
 }
 
 // The slots a group of tpg tiles (8 / K split) of the weight-only ring down can span, tps tiles a slot (moe_mma.cu

@@ -15,6 +15,21 @@ inline unsigned mma_smem_bytes(int K, int rows_staged, int ring_bytes = 8192) {
   return unsigned(rows_staged * (2 * K + 64) + (K / 32) * 8 * 4 + 8 * 4 * 32 * 4 + 8 * (ring_bytes + scale_stride));
 }
 
+// Ring bytes a warp of the FP4 wgmma kernels uses: D stages of tpw x 256 bytes (gemv_mma.cuh MmaSegment: at most
+// pair_stages for two matrices, 16 otherwise).
+inline int mma_wg_ring_bytes(int tpw = 2, int ring_bytes = 8192, int pair_stages = 8) {
+  return std::min(ring_bytes, tpw * 256 * (tpw == 2 ? pair_stages : 16));
+}
+
+// Shared memory of the FP4 wgmma up (kernels/moe/moe_mma.cu *_fp4_wgmma*, up_mma_body's POS): its one row in the
+// column-pair layout (gemv_mma.cuh kStageE4m3Pos: two planes of 384 bytes per 4 blocks and one group more, in rows of
+// 2 K + 64 bytes) beside rings of the stages the FP4 pair uses (min(ring, 512 x pair stages) a warp).
+inline unsigned mma_wg_up_smem(int K, int ring_bytes = 8192, int pair_stages = 8) {
+  const int bytes = 2 * 384 * ((K / 32 + 2) / 4 + 1), rows = (bytes + 2 * K + 63) / (2 * K + 64);
+  // at least the one-row layout's, which the kernel takes when built with SMELT_MMA_WG_POS=0
+  return std::max(mma_smem_bytes(K, rows, mma_wg_ring_bytes(2, ring_bytes, pair_stages)), mma_smem_bytes(K, 1, ring_bytes));
+}
+
 // The slots a group of tpg tiles (8 / K split) of the weight-only ring down can span, tps tiles a slot (moe_mma.cu
 // down_mma_body's `span`: it stages two rows, hi and lo, for each).
 inline int mma_wo_down_span(int topk, int tps, int tpg) {

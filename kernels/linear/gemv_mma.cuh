@@ -776,7 +776,8 @@ struct MmaSegment {
     // barrier, so the decode and the scale's shared load had sat behind the wait). H200, alone: the V4.1 up 32.6 ->
     // 32.1 us, down 15.3 -> 15.1; the decode step unchanged (docs/performance.md "Session 29", where bench_mma_gemv's
     // "wgp*" probes put the ring alone at 23.2 us and the whole up without the FP4 scale words' loads, permutes and
-    // decode at 25.8: the register ring scw is what costs).
+    // decode at 25.8; session 30 moved the words to a shared-memory ring and the step did not change: what costs is
+    // this per-block fold after each wait, not where the words wait).
     auto factors = [&](int b, u32 scale, float* f) {
       float ws[2 * NW];
 #if SMELT_MMA_PROBE == 5  // timing probe ("wgp5"): the whole fold with every weight scale 1 (no scale loads, decode)

@@ -34,9 +34,11 @@ __device__ __forceinline__ const u8* lane_xrow(const u8* xq, int stride, int lt,
   return nullptr;
 }
 
-template <bool FP4, int P>
+// Pos: the wgmma up's one row in column pairs (kStageE4m3Pos, MmaSegment::run_wg_pos).
+template <bool FP4, int P, bool Pos = false>
 __device__ __forceinline__ void stage_rows(const float* x, int rows, int K, u8* xq, int stride, float* xsc) {
   if constexpr (P == kPathWo) mma_stage_wo<FP4>(x, rows, K, xq, stride, xsc);
+  else if constexpr (P == kPathWg && Pos) mma_stage_quant<kStageE4m3Pos>(x, rows, K, xq, stride, xsc);
   else if constexpr (P == kPathWg) mma_stage_quant<kStageE4m3Split>(x, rows, K, xq, stride, xsc);
   else if constexpr (FP4) mma_stage_quant<kStageF16Paired>(x, rows, K, xq, stride, xsc);
   else mma_stage_quant<kStageF16>(x, rows, K, xq, stride, xsc);
@@ -90,11 +92,16 @@ __device__ void up_mma_body(const float* x, int D, int F, int topk, const i32* i
                             const ExpertW& w, int blk, float limit, int rb, float* h, int S, int bid, int nblk) {
 #if defined(__CUDA_ARCH__)
   if constexpr (path_arch_ok<P>()) {
-  constexpr bool WG = P == kPathWg, WO = P == kPathWo;
-  constexpr int RS = slot_rows<P>();  // staged rows of the one token row
+  constexpr bool WG = P == kPathWg, WO = P == kPathWo, POS = WG && SMELT_MMA_WG_POS;
+  using Seg = MmaSegment<FP4, 2, WO ? false : bool(SMELT_W_TILED)>;
   extern __shared__ __align__(16) unsigned char mma_sm[];
   const int nb = D / 32, stride = mma_x_stride(D);
-  mma_check_smem(D, RS);
+  // Staged rows of the one token row; POS: the column-pair layout's, beside rings of the D stages the segment uses
+  // (4 of the 8 KB for the FP4 pair), so that the launch takes no more shared memory than the paired shared expert's
+  // (runtime/cuda/mma_split.h mma_wg_up_smem).
+  const int RS = POS ? mma_pos_rows(D) : slot_rows<P>();
+  constexpr int RB = POS ? Seg::D * Seg::SB : kMmaRingBytes;
+  mma_check_smem(D, RS, RB);
   u8* xq = mma_sm;
   float* xsc = reinterpret_cast<float*>(mma_sm + RS * stride);
   float* part = xsc + nb * 8;
@@ -107,7 +114,7 @@ __device__ void up_mma_body(const float* x, int D, int F, int topk, const i32* i
   mma_seg_range(nb, seg, S, b0, b1);
   // Each group: its tile's expert, then its first weight blocks in flight before anything else (for the first
   // group, before the act-quant staging, which every thread of the block runs once).
-  MmaSegment<FP4, 2, WO ? false : bool(SMELT_W_TILED)> ms;
+  Seg ms;
   const u8* xrow = lane_xrow<P>(xq, stride, 0, g);
   // Routed slots: the experts come from the routing kernel, so wait first, and only then let the down be scheduled
   // (it reads the experts before its own wait). The shared expert (idx null) has its first weight blocks in flight
@@ -124,18 +131,19 @@ __device__ void up_mma_body(const float* x, int D, int F, int topk, const i32* i
       const u8* sm[2] = {eptr(w, e, 1), eptr(w, e, 5)};
       // a warp of a wgmma tile past F: every row reads 0, pointers at the tile's first row
       const bool past = WG && f0 >= F;
-      ms.init(wm, sm, past ? ft : f0, past ? ft : F, D, blk, mma_warp_ring(mma_sm, D, RS),
-              mma_warp_scales(mma_sm, D, RS));
+      ms.init(wm, sm, past ? ft : f0, past ? ft : F, D, blk, mma_warp_ring(mma_sm, D, RS, RB),
+              mma_warp_scales(mma_sm, D, RS, RB));
       ms.prefetch(b0, b1);
     }
     if (grp == bid) {
       if (!idx) grid_dep_wait();
-      stage_rows<FP4, P>(x, 1, D, xq, stride, xsc);
+      stage_rows<FP4, P, POS>(x, 1, D, xq, stride, xsc);
     }
     float acc[2][2] = {{0.f, 0.f}, {0.f, 0.f}};  // [g, u][rows g, g + 8]
     if (e >= 0) {
 #if SMELT_WGMMA
-      if constexpr (WG) ms.run_wg(b0, b1, smem_addr(xq), xsc, acc);
+      if constexpr (POS) ms.run_wg_pos(b0, b1, smem_addr(xq), mma_pos_plane(D), xsc, acc);
+      else if constexpr (WG) ms.run_wg(b0, b1, smem_addr(xq), xsc, acc);
       else
 #endif
       if constexpr (WO) ms.template run<1, false, true>(b0, b1, xrow, xsc, acc);
@@ -180,13 +188,17 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
   // Staged slots: every slot (act quant), or (weight-only) the most a group's tpg tiles span, restaged per group
   // (runtime/cuda/mma_split.h mma_wo_down_span: the launcher sizes the shared memory with the same count).
   const int span = WO ? min(topk, (tpg + tps - 2) / tps + 1) : topk, RS = slot_rows<P>() * span;
-  mma_check_smem(F, RS);
+  using Seg = MmaSegment<FP4, TPW, WO ? false : bool(SMELT_W_TILED)>;
+  // wgmma: rings of the D stages the segment uses (4 of the 8 KB for the FP4 pair; runtime/cuda/mma_split.h
+  // mma_wg_ring_bytes), which leaves the L1 more of the multiprocessor's 256 KB
+  constexpr int RB = WG ? Seg::D * Seg::SB : kMmaRingBytes;
+  mma_check_smem(F, RS, RB);
   u8* xq = mma_sm;
   float* xsc = reinterpret_cast<float*>(mma_sm + RS * stride);
   float* part = xsc + nb * 8;
   int b0, b1;
   mma_seg_range(nb, seg, S, b0, b1);
-  MmaSegment<FP4, TPW, WO ? false : bool(SMELT_W_TILED)> ms;  // as in up_mma_body: the first weight blocks first
+  Seg ms;  // as in up_mma_body: the first weight blocks first
   int staged_lo = -1, staged_hi = -1;  // weight-only: the slots staged
   // The routed slots' counters (slot_count_group): each slot's h is whole once the up counted its tiles of 16 x WR
   // rows there.
@@ -205,8 +217,8 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
 #pragma unroll
       for (int m = 0; m < TPW; ++m) wm[m] = eptr(w, e, 2), sm[m] = eptr(w, e, 3);
       const bool past = WG && d0 >= D;  // as in up_mma_body
-      ms.init(wm, sm, past ? dt : d0, past ? dt : D, F, blk, mma_warp_ring(mma_sm, F, RS),
-              mma_warp_scales(mma_sm, F, RS), 16 * WR);
+      ms.init(wm, sm, past ? dt : d0, past ? dt : D, F, blk, mma_warp_ring(mma_sm, F, RS, RB),
+              mma_warp_scales(mma_sm, F, RS, RB), 16 * WR);
       ms.prefetch(b0, b1);
     }
     // Act quant: slot t's row at xq + t * stride, scales xsc[b * 8 + t]; a block that runs one group only stages

@@ -46,6 +46,11 @@ constexpr int kMmaWarps = 8;  // block of 256 threads
 #ifndef SMELT_MMA_WG_POS
 #define SMELT_MMA_WG_POS 1  // the FP4 wgmma up's blocks in column pairs, four a chain (MmaSegment::run_wg_pos)
 #endif
+#ifndef SMELT_MMA_WG_POS_DOWN
+// the same for the FP4 wgmma down, where a block stages only its one group's slots and they fit the one-row layout's
+// rows (kernels/moe/moe_mma.cu down_mma_body)
+#define SMELT_MMA_WG_POS_DOWN 1
+#endif
 #ifndef SMELT_MMA_FP4_SMEM_SCALES
 #define SMELT_MMA_FP4_SMEM_SCALES 1  // FP4 scale words by cp.async through shared memory (MmaSegment::sc_smem_)
 #endif

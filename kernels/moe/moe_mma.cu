@@ -8,7 +8,8 @@
 // tile = one slot's 16 output columns; S warps split K per tile). Dynamic shared memory mma_smem_bytes(D, 1) for
 // up, mma_smem_bytes(F, topk) for down (topk <= 8).
 // smelt_moe_*_fp4_wgmma (sm_90a): the same with 64-row tiles (x SMELT_MMA_DOWN_TPW for down), each walked by the 4
-// warps of a warpgroup, the block sums by wgmma (MmaSegment::run_wg); groups of 2 / S tiles, S <= 2.
+// warps of a warpgroup, the block sums by wgmma (MmaSegment::run_wg); groups of 2 / S tiles, S <= 2. The up, and the
+// down where a block runs one group, stage their rows in column pairs (kStageE4m3Pos) for run_wg_pos's chains of four.
 // smelt_moe_*_{fp8,fp4}_wo_ring (sm_80+, the weight-only path of `--numerics fp32` plans): what smelt_moe_*_wo_mma
 // compute (V4 swiglu with limit, no routing weight, no roundings: the launcher passes rb = 0, round = 0) through the
 // same ring as the act-quant kernels: the activations staged as f16 hi / lo halves in two token columns
@@ -175,7 +176,7 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
                               const ExpertW& w, int blk, int rb, int round, float* out, int S, int bid, int nblk) {
 #if defined(__CUDA_ARCH__)
   if constexpr (path_arch_ok<P>()) {
-  constexpr bool WG = P == kPathWg, WO = P == kPathWo;
+  constexpr bool WG = P == kPathWg, WO = P == kPathWo, POS = WG && SMELT_MMA_WG_POS_DOWN;
   extern __shared__ __align__(16) unsigned char mma_sm[];
   const int nb = F / 32, stride = mma_x_stride(F);
   constexpr int WR = WG ? 4 : 1;
@@ -187,7 +188,13 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
   const int tps = (D + TR - 1) / TR, tiles = topk * tps, groups = (tiles + tpg - 1) / tpg;
   // Staged slots: every slot (act quant), or (weight-only) the most a group's tpg tiles span, restaged per group
   // (runtime/cuda/mma_split.h mma_wo_down_span: the launcher sizes the shared memory with the same count).
-  const int span = WO ? min(topk, (tpg + tps - 2) / tps + 1) : topk, RS = slot_rows<P>() * span;
+  const int gspan = min(topk, (tpg + tps - 2) / tps + 1);
+  const int span = WO ? gspan : topk, RS = slot_rows<P>() * span;
+  // POS (wgmma): a block that runs one group stages only its slots, each in the column-pair layout (kStageE4m3Pos,
+  // MmaSegment::run_wg_pos: four blocks a wgmma chain) of mma_pos_rows(F) rows, where they fit in the rows the launch
+  // sized for every slot (V4.1: 240 one-slot groups of 264 blocks, 4 rows of the 6); else run_wg's one-row layout.
+  const int prow = POS ? mma_pos_rows(F) : 1, pstride = prow * stride;
+  const bool pos = POS && nblk >= groups && gspan * prow <= RS;
   using Seg = MmaSegment<FP4, TPW, WO ? false : bool(SMELT_W_TILED)>;
   // wgmma: rings of the D stages the segment uses (4 of the 8 KB for the FP4 pair; runtime/cuda/mma_split.h
   // mma_wg_ring_bytes), which leaves the L1 more of the multiprocessor's 256 KB
@@ -231,8 +238,12 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
       const int t_lo = own ? g_lo : 0, t_hi = own ? g_hi : topk - 1;
       if (cnt) slot_wait(cnt, t_lo, t_hi, need);
       else grid_dep_wait();
-      const int r0 = WO ? 0 : t_lo;  // staged row of t_lo
-      stage_rows<FP4, P>(h + i64(t_lo) * F, t_hi - t_lo + 1, F, xq + slot_rows<P>() * r0 * stride, stride, xsc + r0);
+      if (pos) {  // the group's slots from row 0 (own: this block's only group)
+        stage_rows<FP4, P, true>(h + i64(t_lo) * F, t_hi - t_lo + 1, F, xq, pstride, xsc);
+      } else {
+        const int r0 = WO ? 0 : t_lo;  // staged row of t_lo
+        stage_rows<FP4, P>(h + i64(t_lo) * F, t_hi - t_lo + 1, F, xq + slot_rows<P>() * r0 * stride, stride, xsc + r0);
+      }
       staged_lo = t_lo, staged_hi = t_hi;
     } else if (WO && (g_lo != staged_lo || g_hi != staged_hi)) {  // a later group may also end in the next slot
       __syncthreads();  // every warp is done with the staged slots
@@ -244,7 +255,10 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
     float acc[TPW][2] = {};
     if (e >= 0) {
 #if SMELT_WGMMA
-      if constexpr (WG) ms.run_wg(b0, b1, smem_addr(xq + t * stride), xsc + t, acc);
+      if constexpr (POS) {
+        if (pos) ms.run_wg_pos(b0, b1, smem_addr(xq + (t - staged_lo) * pstride), mma_pos_plane(F), xsc + (t - staged_lo), acc);
+        else ms.run_wg(b0, b1, smem_addr(xq + t * stride), xsc + t, acc);
+      } else if constexpr (WG) ms.run_wg(b0, b1, smem_addr(xq + t * stride), xsc + t, acc);
       else
 #endif
       if constexpr (WO) ms.template run<1, false, true>(b0, b1, lane_xrow<P>(xq, stride, lt, g), xsc + lt, acc);

@@ -48,6 +48,7 @@ struct Variant {
   int smem_scales = 1;  // SMELT_MMA_FP4_SMEM_SCALES: FP4 scale words by cp.async through shared memory (0: registers)
   int pos = 1;          // SMELT_MMA_WG_POS: the wgmma up's blocks in column pairs, four a chain (0: one block a wait)
   int full_ring = 0;    // the wgmma down's launch with 8 KB a warp of rings (before session 30; else what it uses)
+  int pos_down = 1;     // SMELT_MMA_WG_POS_DOWN: the same chains for the wgmma down (0: one block a wait)
 };
 // "base" is what the runtime compiles (the knobs' defaults). Every FP4 stage of two matrices is 512 bytes and an FP8
 // one of two matrices 1 KB; a ring must hold at least one group of stages (group <= ring / stage). The codes are
@@ -74,8 +75,9 @@ const Variant kVariants[] = {
     {"wgreg", 8192, 2, 4, 1, 1, 2, 128, 8, 1, 0, 0},
     {"basereg", 8192, 2, 4, 1, 1, 2, 128, 8, 0, 0, 0},
     // The wgmma up one block a wait (before session 30) against four blocks a chain in column pairs
-    {"wgnopos", 8192, 2, 4, 1, 1, 2, 128, 8, 1, 0, 1, 0},
+    {"wgnopos", 8192, 2, 4, 1, 1, 2, 128, 8, 1, 0, 1, 0, 0, 0},
     {"wgfull", 8192, 2, 4, 1, 1, 2, 128, 8, 1, 0, 1, 1, 1},  // + the down's launch with the full rings
+    {"wgposup", 8192, 2, 4, 1, 1, 2, 128, 8, 1, 0, 1, 1, 0, 0},  // the chains in the up only (session 30's code)
 };
 
 std::vector<std::string> defines(const Variant& v) {
@@ -85,7 +87,8 @@ std::vector<std::string> defines(const Variant& v) {
           "-DSMELT_MMA_L2PF=" + std::to_string(v.l2pf),
           "-DSMELT_MMA_FP4_PAIR_STAGES=" + std::to_string(v.fp4_pair_stages),
           "-DSMELT_MMA_PROBE=" + std::to_string(v.probe),
-          "-DSMELT_MMA_FP4_SMEM_SCALES=" + std::to_string(v.smem_scales), "-DSMELT_MMA_WG_POS=" + std::to_string(v.pos)};
+          "-DSMELT_MMA_FP4_SMEM_SCALES=" + std::to_string(v.smem_scales), "-DSMELT_MMA_WG_POS=" + std::to_string(v.pos),
+          "-DSMELT_MMA_WG_POS_DOWN=" + std::to_string(v.pos_down)};
 }
 
 // gemv_mma.cuh mma_smem_bytes with the variant's ring.

@@ -51,6 +51,11 @@ constexpr int kMmaWarps = 8;  // block of 256 threads
 // rows (kernels/moe/moe_mma.cu down_mma_body)
 #define SMELT_MMA_WG_POS_DOWN 1
 #endif
+#ifndef SMELT_MMA_HL_CHAIN
+// the weight-only FP4 ring's blocks (the sm_80 path's experts) four a chain on mma.sync, in 1 or 2 accumulators
+// (MmaSegment::run_hl_chain); 0: one block a fold (run)
+#define SMELT_MMA_HL_CHAIN 2
+#endif
 #ifndef SMELT_MMA_FP4_SMEM_SCALES
 #define SMELT_MMA_FP4_SMEM_SCALES 1  // FP4 scale words by cp.async through shared memory (MmaSegment::sc_smem_)
 #endif
@@ -658,6 +663,25 @@ struct MmaSegment {
     }
   }
 
+  // FP4, a chain of the 4 blocks in ring slots j0q .. j0q + 3 (j0q a multiple of 4: one scale word a row): the weight
+  // scales of its block jt (byte jt of the slot's words) decoded, matrix m's rows g, g + 8 at ws[2m], ws[2m + 1].
+  __device__ __forceinline__ void chain_scales(int j0q, int jt, float* ws) const {
+    const int g = (threadIdx.x & 31) >> 2;
+    u32 v[2 * NW];
+    if constexpr (kSmemScales) {
+      const u32* w = reinterpret_cast<const u32*>(scl) + (j0q / 4) * 16 * NW;
+#pragma unroll
+      for (int m = 0; m < NW; ++m) v[2 * m] = w[m * 16 + g], v[2 * m + 1] = w[m * 16 + g + 8];
+    } else {
+#pragma unroll
+      for (int k = 0; k < 2 * NW; ++k) v[k] = scw[j0q / 4][k];
+    }
+    const u32 sel = u32(jt) | (u32(jt + 4) << 4);
+    u32 sw = prmt(v[0], v[1], sel);
+    if constexpr (NW == 2) sw = prmt(sw, prmt(v[2], v[3], sel), 0x5410u);
+    e8m0x4_decode<2 * NW>(sw, ws);
+  }
+
   // FP8: blocks bn .. bn + n - 1 into ring slots slot0 .. slot0 + n - 1 (call unrolled: n constant), one commit group
   // a block, empty past the segment; predicated copies from per-group bases, as issue_fp4_group.
   __device__ __forceinline__ void issue_fp8_group(int slot0, int n, int bn) {
@@ -829,6 +853,78 @@ struct MmaSegment {
     }
   }
 
+  // FP4 weight-only (run<1, false, true>, the sm_80 path), SMELT_MMA_HL_CHAIN: run_wg_pos's chains on mma.sync. The 4
+  // blocks of a group add into A accumulators (A 1: one; 2: blocks 0, 1 | 2, 3, two shorter MMA chains), block b's
+  // hi / lo activations in token columns 2 (b % 4), 2 (b % 4) + 1 of the MMA's 8 and zeros in the others, so that C
+  // column pair p holds the block sum of the chain's block at p (the other blocks add exact zero products) and a
+  // lane (tig) folds one block of four: one scale decode and fold a matrix a chain instead of a block. Every lane
+  // loads one block's 8 activations a chain (lanes g: column g; the per-block kernel had lanes g 0, 1 load all four).
+  // The quad adds its four partial sums at the end: another fp32 order than run's, the same block sums and factors.
+  // xhi: the slot's hi row (its lo row xstride after), nullptr for no activations (the sums are 0).
+  template <int A>
+  __device__ __forceinline__ void run_hl_chain(int b0, int b1, const u8* xhi, int xstride, const float* xsl,
+                                               float (*acc)[2]) {
+    static_assert(FP4, "the FP4 ring's chains");
+    static_assert(A == 1 || A == 2, "one or two accumulators a chain");
+    constexpr int G = SMELT_MMA_GROUP;
+    static_assert(D % G == 0 && G % 4 == 0, "the ring holds whole groups of whole chains");
+    const int lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3, p = g >> 1;
+    const u8* xr = xhi ? xhi + (g & 1) * xstride + tig * 16 : nullptr;  // column g: hi (g even) or lo of its block
+    fp4_groups(b0, b1, [&](int bb, int j0) {
+#pragma unroll
+      for (int q = 0; q < G; q += 4) {
+        const int bf = bb + j0 + q, jp = (p - bf) & 3, jt = (tig - bf) & 3, bt = bf + jt;
+        // this lane's B column: its block jp's 8 activations (blocks past the segment: zeros, never folded)
+        uint4 xv = make_uint4(0u, 0u, 0u, 0u);
+        if (xr && bf + jp < b1) xv = *reinterpret_cast<const uint4*>(xr + (bf + jp) * 64);
+        // its fold's factors: block jt's weight scales and activation factor (powers of two, as consume's)
+        float ws[2 * NW];
+        chain_scales(j0 + q, jt, ws);
+        const float xf = __fmul_rn(xsl[(bt < b1 ? bt : b1 - 1) * 8], 16384.f);
+        float c[A][NW][4];
+#pragma unroll
+        for (int a = 0; a < A; ++a)
+#pragma unroll
+          for (int m = 0; m < NW; ++m) c[a][m][0] = c[a][m][1] = c[a][m][2] = c[a][m][3] = 0.f;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const bool mine = j == jp;
+          const u32 xb[4] = {mine ? xv.x : 0u, mine ? xv.y : 0u, mine ? xv.z : 0u, mine ? xv.w : 0u};
+#pragma unroll
+          for (int m = 0; m < NW; ++m) {
+            const u8* st = ring + (j0 + q + j) * SB + m * 256 + tig * 4;
+            u32 pa[4], pb[4];
+            wo_e2m1_pairs(*reinterpret_cast<const u32*>(st + g * 16), pa);
+            wo_e2m1_pairs(*reinterpret_cast<const u32*>(st + (g + 8) * 16), pb);
+            float* cm = c[j * A / 4][m];
+            wo_mma(cm, pa[0], pb[0], pa[1], pb[1], xb[0], xb[1]);
+            wo_mma(cm, pa[2], pb[2], pa[3], pb[3], xb[2], xb[3]);
+          }
+        }
+        if (q + 4 == G) {  // every block of the group read from the ring: refill its slots
+          __syncwarp();
+          issue_fp4_group(j0, G, bb + j0 + D);
+        }
+        if (bt < b1) {
+#pragma unroll
+          for (int m = 0; m < NW; ++m) {
+            float cc[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) cc[i] = A == 1 || jt < 2 ? c[0][m][i] : c[A - 1][m][i];
+            mma_fold_hl(acc[m], cc, xf, ws[2 * m], ws[2 * m + 1]);
+          }
+        }
+      }
+    });
+#pragma unroll
+    for (int m = 0; m < NW; ++m)
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        acc[m][i] = __fadd_rn(acc[m][i], __shfl_xor_sync(0xFFFFFFFFu, acc[m][i], 1));
+        acc[m][i] = __fadd_rn(acc[m][i], __shfl_xor_sync(0xFFFFFFFFu, acc[m][i], 2));
+      }
+  }
+
 #if SMELT_WGMMA
   // FP4, one token row, sm_90a: run()'s ring, with each block's sums by wgmma (m64n8k32 E4M3, A from registers) over
   // the four warps of a warpgroup, which walk the same blocks of their 4 x 16 rows (every call warpgroup-uniform).
@@ -950,21 +1046,9 @@ struct MmaSegment {
 #pragma unroll
       for (int q = 0; q < G; q += 4) {
         const int bf = bb + j0 + q, jt = (tig - bf) & 3, bt = bf + jt;  // this lane's block of the chain
-        // Its factors before the chain: byte jt of the chain's scale words (matrix m's rows g, g + 8)
-        u32 v[2 * NW];
-        if constexpr (kSmemScales) {
-          const u32* w = reinterpret_cast<const u32*>(scl) + ((j0 + q) / 4) * 16 * NW;
-#pragma unroll
-          for (int m = 0; m < NW; ++m) v[2 * m] = w[m * 16 + g], v[2 * m + 1] = w[m * 16 + g + 8];
-        } else {
-#pragma unroll
-          for (int k = 0; k < 2 * NW; ++k) v[k] = scw[(j0 + q) / 4][k];
-        }
-        const u32 sel = u32(jt) | (u32(jt + 4) << 4);
-        u32 sw = prmt(v[0], v[1], sel);
-        if constexpr (NW == 2) sw = prmt(sw, prmt(v[2], v[3], sel), 0x5410u);
+        // Its factors before the chain
         float ws[2 * NW], f[2 * NW];
-        e8m0x4_decode<2 * NW>(sw, ws);
+        chain_scales(j0 + q, jt, ws);
         const float xf = __fmul_rn(xsl[(bt < b1 ? bt : b1 - 1) * 8], 64.f);  // blocks past the segment: not folded
 #pragma unroll
         for (int i = 0; i < 2 * NW; ++i) f[i] = __fmul_rn(xf, ws[i]);

@@ -6,6 +6,7 @@
 #include "compiler/cuda/kernels.h"
 #include "compiler/cuda/target.h"
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -115,6 +116,42 @@ std::string partition_passes(const CompileOptions& o) {
   return p;
 }
 
+const std::vector<KernelKnob>& kernel_knobs() {
+  static const std::vector<KernelKnob> k = {
+      {"SMELT_MMA_WG_POS", "FP4 wgmma up: four blocks a wgmma chain in column pairs (1) or one block a wait (0)"},
+      {"SMELT_MMA_WG_POS_DOWN", "FP4 wgmma down: the same, where a block runs one group (1) or never (0)"},
+      {"SMELT_MMA_HL_CHAIN", "weight-only FP4 ring (the sm_80 path's experts): four blocks a chain in 2 or 1 "
+                             "accumulators, or one block a fold (0)"},
+      {"SMELT_MMA_FP4_SMEM_SCALES", "FP4 scale words through a shared-memory ring (1) or registers (0)"},
+      {"SMELT_MMA_FULL_GROUPS", "tensor-core rings: whole groups without a bound check a block (1) or with (0)"},
+      {"SMELT_MMA_L2PF", "L2 prefetch hint of the tensor-core rings' weight copies in bytes (0, 64, 128, 256)"},
+      {"SMELT_W_EVICT_FIRST", "weights streamed with an L2 evict-first policy (1) or plain loads (0)"},
+  };
+  return k;
+}
+
+std::vector<std::string> kernel_define_options(const std::vector<std::string>& defines) {
+  std::map<std::string, std::string> set;
+  for (const std::string& d : defines) {
+    const size_t eq = d.find('=');
+    const std::string name = d.substr(0, eq), value = eq == std::string::npos ? "" : d.substr(eq + 1);
+    const bool known = llvm::any_of(kernel_knobs(), [&](const KernelKnob& k) { return name == k.name; });
+    if (!known) {
+      std::string list;
+      for (const KernelKnob& k : kernel_knobs()) list += std::string("\n  ") + k.name + ": " + k.what;
+      throw Error("--kernel-define " + d + ": " + (name.empty() ? std::string("no name") : "unknown knob " + name) +
+                  " (expected NAME=VALUE with one of:" + list + ")");
+    }
+    char* end = nullptr;
+    (void)std::strtoll(value.c_str(), &end, 10);
+    if (value.empty() || *end != '\0') throw Error("--kernel-define " + d + ": the value of " + name + " is not an integer");
+    if (!set.emplace(name, value).second) throw Error("--kernel-define " + d + ": " + name + " is already set");
+  }
+  std::vector<std::string> out;
+  for (const auto& [n, v] : set) out.push_back("-D" + n + "=" + v);
+  return out;
+}
+
 std::string default_pipeline(const CompileOptions& o) {
   std::string numerics = o.numerics == "model" ? "" : "smelt-numerics{mode=" + o.numerics + "},";
   // GPU targets: the ops the cuda runtime may run on its side stream (smelt-schedule-streams).
@@ -191,6 +228,9 @@ void compile(const CompileOptions& o) {
   if (o.numerics != "model" && o.numerics != "fp32")
     throw Error("--numerics " + o.numerics + ": expected model (the model's own roundings, the default) or fp32");
   if (o.output.empty()) throw Error("no output file: pass -o PLAN.smelt");
+  kernel_define_options(o.kernel_defines);  // bad knobs fail before the model loads
+  if (!o.kernel_defines.empty() && !target.cuda)
+    throw Error("--kernel-define: target " + o.target + " has no CUDA GPU (kernel defines set CUDA kernels' knobs)");
   const std::vector<std::string> elements = split_pipeline(o.pipeline.empty() ? default_pipeline(eff) : o.pipeline);
 
   progress("loading " + o.model_dir);
@@ -256,7 +296,7 @@ void compile(const CompileOptions& o) {
   auto compile_device_code = [&] {
     if (compiled || !o.compile_to.empty() || !target.cuda) return;
     compiled = true;
-    kernels = compile_kernels(target, progress);
+    kernels = compile_kernels(target, progress, kernel_define_options(o.kernel_defines));
     for (const auto& k : kernels)
       if (k.image.format == "cubin") kernel_bytes[k.image.arch] += k.image.bytes.size();
   };
@@ -387,6 +427,8 @@ void compile(const CompileOptions& o) {
   eo.kernels = std::move(kernels);
   eo.tp = o.tp;
   eo.pp = o.pp;
+  for (const std::string& d : kernel_define_options(o.kernel_defines))
+    eo.kernel_defines += (eo.kernel_defines.empty() ? "" : ",") + d.substr(2);  // "-DNAME=VALUE" -> "NAME=VALUE"
   std::vector<uint8_t> plan = emit_plan(*module, eo);
   write_file(o.output, plan.data(), plan.size());
   progress("wrote plan " + o.output + ": " + std::to_string(plan.size()) + " bytes");

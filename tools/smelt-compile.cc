@@ -1,7 +1,8 @@
 // smelt-compile MODEL_DIR --target cpu|h200|FILE.json [--tp N] [--pp M] -o PLAN.smelt
 //               [--dump-ir-after-all DIR] [--compile-to PHASE] [--compile-from FILE.mlir]
 //               [--max-rows N] [--max-seq-len N] [--pipeline STR] [--capture-intermediates]
-//               [--engram-token-map FILE]
+//               [--engram-token-map FILE] [--kernel-define NAME=VALUE]...
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -21,6 +22,8 @@ const char* kUsage =
     "                     [--numerics model|fp32]   (fp32: the V4.1 model's bf16/FP8/FP4 rounding steps off)\n"
     "                     [--engram-token-map FILE]   (V4.1 Engram map inside MODEL_DIR; default\n"
     "                      MODEL_DIR/engram_token_map.safetensors, see scripts/make_engram_token_map.py)\n"
+    "                     [--kernel-define NAME=VALUE]...   (a CUDA kernel knob at plan time, recorded in the\n"
+    "                      plan's options; --kernel-define help lists them)\n"
     "       smelt-compile MODEL_DIR --dry-run [--json]   (headers only: tensor count, bytes, memory by component)\n";
 
 int64_t parse_int(const std::string& flag, const std::string& v) {
@@ -77,9 +80,15 @@ int main(int argc, char** argv) {
       else if (a == "--stages") o.stages = value;
       else if (a == "--numerics") o.numerics = value;
       else if (a == "--engram-token-map") o.engram_token_map = value;
+      else if (a == "--kernel-define") o.kernel_defines.push_back(value);
       else if (a[0] == '-') throw smelt::Error("unknown option " + a + "\n" + kUsage);
       else if (o.model_dir.empty()) o.model_dir = a;
       else throw smelt::Error("unexpected argument " + a + " (MODEL_DIR is " + o.model_dir + ")");
+    }
+    if (std::find(o.kernel_defines.begin(), o.kernel_defines.end(), "help") != o.kernel_defines.end()) {
+      std::puts("kernel knobs for --kernel-define NAME=VALUE (kernels/linear/gemv_mma.cuh, kernels/cuda/common.cuh):");
+      for (const smelt::KernelKnob& k : smelt::kernel_knobs()) std::printf("  %-26s %s\n", k.name, k.what);
+      return 0;
     }
     if (o.model_dir.empty()) throw smelt::Error(std::string("no MODEL_DIR given\n") + kUsage);
     if (dry_run) {

@@ -16,7 +16,9 @@ struct PlanKernel {
 };
 
 // Families in name order, for each: the cubins in the target's arch order, then the PTX in that order. Every
-// family is included: a launcher may use any of them, and unused modules cost only plan bytes.
-std::vector<PlanKernel> compile_kernels(const Target& target, const std::function<void(const std::string&)>& progress);
+// family is included: a launcher may use any of them, and unused modules cost only plan bytes. extra_options: NVRTC
+// options for every compile (the plan's kernel defines, -DNAME=VALUE).
+std::vector<PlanKernel> compile_kernels(const Target& target, const std::function<void(const std::string&)>& progress,
+                                        const std::vector<std::string>& extra_options = {});
 
 }  // namespace smelt::cuda_compile

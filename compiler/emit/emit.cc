@@ -151,6 +151,7 @@ fb::Offset<plan::Plan> build_plan(fb::FlatBufferBuilder& fbb, mlir::ModuleOp mod
            {"model_dir", model_dir}, {"max_rows", std::to_string(max_rows)}, {"max_seq_len", std::to_string(max_seq_len)},
            {"tp", std::to_string(o.tp)}, {"pp", std::to_string(o.pp)}})
     options.push_back(plan::CreateKeyValueDirect(fbb, k, v.c_str()));
+  if (!o.kernel_defines.empty()) options.push_back(plan::CreateKeyValueDirect(fbb, "kernel_defines", o.kernel_defines.c_str()));
 
   std::vector<fb::Offset<plan::CheckpointFile>> ckpt;
   for (mlir::Attribute a : files) {
@@ -384,6 +385,7 @@ std::vector<uint8_t> emit_partitioned(mlir::ModuleOp module, const EmitOptions& 
            {"max_rows", std::to_string(max_rows)}, {"max_seq_len", std::to_string(max_seq_len)},
            {"tp", std::to_string(tp)}, {"pp", std::to_string(pp)}})
     options.push_back(plan::CreateKeyValueDirect(fbb, k, v.c_str()));
+  if (!o.kernel_defines.empty()) options.push_back(plan::CreateKeyValueDirect(fbb, "kernel_defines", o.kernel_defines.c_str()));
   std::vector<fb::Offset<plan::CheckpointFile>> ckpt;  // the same files every rank's plan lists
   for (mlir::Attribute a : module_attr<mlir::ArrayAttr>(module, "smelt.checkpoint_files")) {
     auto d = llvm::cast<mlir::DictionaryAttr>(a);

@@ -15,6 +15,7 @@ struct EmitOptions {
   std::string target_json;  // the rig description, for file targets
   int64_t tp = 1, pp = 1;
   std::vector<cuda_compile::PlanKernel> kernels;  // cuda targets: Plan.kernels, in this order
+  std::string kernel_defines;  // "NAME=VALUE,..." the kernels were compiled with (Plan.options "kernel_defines"; "" none)
 };
 
 // The compiler's version string recorded in every plan ("smelt 0.1.0").

@@ -9,7 +9,10 @@
 #                         plans (and models/v4flash_slice3/config.json for the side-by-side with transformers)
 # usage: scripts/gpu_plans.sh [OUT=gpu_carry]   (BUILD=build dir with smelt-compile, default build-cuda;
 #        PARTITIONED=0 leaves out the TP2 / PP2 plans, which only ctest -L gpu2 runs, on 2 GPUs;
-#        BENCH_ONLY=1 builds only the bench plans, for a bench or profiling call: minutes instead of ~20)
+#        BENCH_ONLY=1 builds only the bench plans, for a bench or profiling call: minutes instead of ~20;
+#        BENCH_VARIANTS="NAME:K=V,K=V ..." / BENCH_VARIANTS_FP32="..." also compile bench_v41flash_slice4_NAME /
+#        bench_v41flash_slice4_fp32_NAME with those kernel knobs (smelt-compile --kernel-define), for step A/Bs of
+#        kernel variants from one tree, e.g. BENCH_VARIANTS="nopos:SMELT_MMA_WG_POS=0,SMELT_MMA_WG_POS_DOWN=0")
 # OUT is not committed (.gitignore); the lead carries it to the GPU machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -161,6 +164,18 @@ compile bench_v41flash_slice4 "$SLICE" h200 --max-seq-len 8192 || echo "warning:
 # The same slice with --numerics fp32: weight-only dequant kernels everywhere (the sm_80 path, measured on the H200).
 compile bench_v41flash_slice4_fp32 "$SLICE" h200 --max-seq-len 8192 --numerics fp32 ||
   echo "warning: bench_v41flash_slice4_fp32 not compiled (skipped)"
+variants() {  # variants PLAN "NAME:K=V,K=V ..." [extra smelt-compile args]: PLAN_NAME with those kernel knobs
+  local plan=$1 list=$2 v name defs; shift 2
+  for v in $list; do
+    name=${v%%:*} defs=${v#*:}
+    local args=()
+    IFS=, read -ra kv <<< "$defs"
+    for d in "${kv[@]}"; do args+=(--kernel-define "$d"); done
+    compile "${plan}_$name" "$SLICE" h200 --max-seq-len 8192 "$@" "${args[@]}" || echo "warning: ${plan}_$name not compiled (skipped)"
+  done
+}
+variants bench_v41flash_slice4 "${BENCH_VARIANTS:-}"
+variants bench_v41flash_slice4_fp32 "${BENCH_VARIANTS_FP32:-}" --numerics fp32
 rm -rf "$SLICE"
 
 # The side-by-side bench with transformers (docs/performance.md, scripts/gpu_side_by_side.sh): a 3-layer

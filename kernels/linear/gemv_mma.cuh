@@ -56,6 +56,9 @@ constexpr int kMmaWarps = 8;  // block of 256 threads
 // (MmaSegment::run_hl_chain); 0: one block a fold (run)
 #define SMELT_MMA_HL_CHAIN 2
 #endif
+#ifndef SMELT_MMA_AQ_CHAIN
+#define SMELT_MMA_AQ_CHAIN 2  // the same for the act-quant FP4 ring on mma.sync (sm_89 / sm_120 experts)
+#endif
 #ifndef SMELT_MMA_FP4_SMEM_SCALES
 #define SMELT_MMA_FP4_SMEM_SCALES 1  // FP4 scale words by cp.async through shared memory (MmaSegment::sc_smem_)
 #endif
@@ -853,23 +856,26 @@ struct MmaSegment {
     }
   }
 
-  // FP4 weight-only (run<1, false, true>, the sm_80 path), SMELT_MMA_HL_CHAIN: run_wg_pos's chains on mma.sync. The 4
-  // blocks of a group add into A accumulators (A 1: one; 2: blocks 0, 1 | 2, 3, two shorter MMA chains), block b's
-  // hi / lo activations in token columns 2 (b % 4), 2 (b % 4) + 1 of the MMA's 8 and zeros in the others, so that C
-  // column pair p holds the block sum of the chain's block at p (the other blocks add exact zero products) and a
-  // lane (tig) folds one block of four: one scale decode and fold a matrix a chain instead of a block. Every lane
-  // loads one block's 8 activations a chain (lanes g: column g; the per-block kernel had lanes g 0, 1 load all four).
-  // The quad adds its four partial sums at the end: another fp32 order than run's, the same block sums and factors.
-  // xhi: the slot's hi row (its lo row xstride after), nullptr for no activations (the sums are 0).
-  template <int A>
-  __device__ __forceinline__ void run_hl_chain(int b0, int b1, const u8* xhi, int xstride, const float* xsl,
-                                               float (*acc)[2]) {
+  // FP4 on mma.sync, one token row: run<1, false, HL>'s sums with run_wg_pos's chains (SMELT_MMA_HL_CHAIN for the
+  // weight-only ring of the sm_80 path, HL; SMELT_MMA_AQ_CHAIN for the act-quant one of sm_89 / sm_120). The 4 blocks
+  // of a group add into A accumulators (A 1: one; 2: blocks 0, 1 | 2, 3, two shorter MMA chains), block b's
+  // activations in token columns 2 (b % 4) (HL: its hi halves) and 2 (b % 4) + 1 (HL: its lo halves; else zeros) of
+  // the MMA's 8 and zeros in the others, so that C column pair p holds the block sum of the chain's block at p (the
+  // other blocks add exact zero products) and a lane (tig) folds one block of four: one scale decode and fold a
+  // matrix a chain instead of a block. Every lane (HL; else every even g) loads one block's 8 activations a chain
+  // (lanes g: column g; the per-block kernel had lanes g 0 (and 1) load all four). The quad adds its four partial sums
+  // at the end: another fp32 order than run's, the same block sums and factors. xhi: the slot's staged row (HL: its
+  // hi row, the lo row xstride after), nullptr for no activations (the sums are 0).
+  template <int A, bool HL>
+  __device__ __forceinline__ void run_chain(int b0, int b1, const u8* xhi, int xstride, const float* xsl,
+                                            float (*acc)[2]) {
     static_assert(FP4, "the FP4 ring's chains");
     static_assert(A == 1 || A == 2, "one or two accumulators a chain");
     constexpr int G = SMELT_MMA_GROUP;
     static_assert(D % G == 0 && G % 4 == 0, "the ring holds whole groups of whole chains");
     const int lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3, p = g >> 1;
-    const u8* xr = xhi ? xhi + (g & 1) * xstride + tig * 16 : nullptr;  // column g: hi (g even) or lo of its block
+    // column g: HL hi (g even) or lo of its block; else the block's codes (g even) or zeros
+    const u8* xr = !xhi || (!HL && (g & 1)) ? nullptr : xhi + (HL ? (g & 1) * xstride : 0) + tig * 16;
     fp4_groups(b0, b1, [&](int bb, int j0) {
 #pragma unroll
       for (int q = 0; q < G; q += 4) {
@@ -911,7 +917,8 @@ struct MmaSegment {
             float cc[4];
 #pragma unroll
             for (int i = 0; i < 4; ++i) cc[i] = A == 1 || jt < 2 ? c[0][m][i] : c[A - 1][m][i];
-            mma_fold_hl(acc[m], cc, xf, ws[2 * m], ws[2 * m + 1]);
+            if constexpr (HL) mma_fold_hl(acc[m], cc, xf, ws[2 * m], ws[2 * m + 1]);
+            else mma_fold<1>(acc[m], cc, xf, 0.f, ws[2 * m], ws[2 * m + 1]);
           }
         }
       }

@@ -13,7 +13,7 @@
 // smelt_moe_*_{fp8,fp4}_wo_ring (sm_80+, the weight-only path of `--numerics fp32` plans): what smelt_moe_*_wo_mma
 // compute (V4 swiglu with limit, no routing weight, no roundings: the launcher passes rb = 0, round = 0) through the
 // same ring as the act-quant kernels: the activations staged as f16 hi / lo halves in two token columns
-// (mma_stage_wo, MmaSegment::run with HL; the FP4 ones four blocks a chain, MmaSegment::run_hl_chain), the weights
+// (mma_stage_wo, MmaSegment::run with HL; the FP4 ones four blocks a chain, MmaSegment::run_chain), the weights
 // row-major. The down stages only the slots of its group's tiles (two halves a slot would not fit every slot beside
 // the rings).
 #include "kernels/linear/gemv_mma.cuh"
@@ -148,7 +148,8 @@ __device__ void up_mma_body(const float* x, int D, int F, int topk, const i32* i
       else if constexpr (WG) ms.run_wg(b0, b1, smem_addr(xq), xsc, acc);
       else
 #endif
-      if constexpr (WO && FP4 && SMELT_MMA_HL_CHAIN) ms.template run_hl_chain<SMELT_MMA_HL_CHAIN>(b0, b1, xq, stride, xsc, acc);
+      if constexpr (WO && FP4 && SMELT_MMA_HL_CHAIN) ms.template run_chain<SMELT_MMA_HL_CHAIN, true>(b0, b1, xq, stride, xsc, acc);
+      else if constexpr (P == kPathAq && FP4 && SMELT_MMA_AQ_CHAIN) ms.template run_chain<SMELT_MMA_AQ_CHAIN, false>(b0, b1, xq, stride, xsc, acc);
       else if constexpr (WO) ms.template run<1, false, true>(b0, b1, xrow, xsc, acc);
       else ms.template run_checked<1>(b0, b1, xrow, xsc, acc);
     }
@@ -264,7 +265,9 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
       else
 #endif
       if constexpr (WO && FP4 && SMELT_MMA_HL_CHAIN)
-        ms.template run_hl_chain<SMELT_MMA_HL_CHAIN>(b0, b1, xq + i64(2 * lt) * stride, stride, xsc + lt, acc);
+        ms.template run_chain<SMELT_MMA_HL_CHAIN, true>(b0, b1, xq + i64(2 * lt) * stride, stride, xsc + lt, acc);
+      else if constexpr (P == kPathAq && FP4 && SMELT_MMA_AQ_CHAIN)
+        ms.template run_chain<SMELT_MMA_AQ_CHAIN, false>(b0, b1, xq + i64(lt) * stride, stride, xsc + lt, acc);
       else if constexpr (WO) ms.template run<1, false, true>(b0, b1, lane_xrow<P>(xq, stride, lt, g), xsc + lt, acc);
       else ms.template run_checked<1>(b0, b1, lane_xrow<P>(xq, stride, lt, g), xsc + lt, acc);
     }

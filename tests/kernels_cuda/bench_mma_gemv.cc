@@ -51,6 +51,7 @@ struct Variant {
   int pos_down = 1;     // SMELT_MMA_WG_POS_DOWN: the same chains for the wgmma down (0: one block a wait)
   int wo = 0;           // routed FP4 experts by the weight-only ring kernels (the sm_80 path's smelt_moe_*_fp4_wo_ring)
   int hl_chain = 2;     // SMELT_MMA_HL_CHAIN: their blocks four a chain in 1 or 2 accumulators (0: one block a fold)
+  int aq_chain = 2;     // SMELT_MMA_AQ_CHAIN: the same for the act-quant FP4 experts on mma.sync ("base": sm_89 / sm_120's)
 };
 // "base" is what the runtime compiles (the knobs' defaults). Every FP4 stage of two matrices is 512 bytes and an FP8
 // one of two matrices 1 KB; a ring must hold at least one group of stages (group <= ring / stage). The codes are
@@ -85,6 +86,9 @@ const Variant kVariants[] = {
     {"wo", 8192, 2, 4, 1, 1, 2, 128, 8, 0, 0, 1, 1, 0, 1, 1, 2},
     {"wohl1", 8192, 2, 4, 1, 1, 2, 128, 8, 0, 0, 1, 1, 0, 1, 1, 1},
     {"wohl0", 8192, 2, 4, 1, 1, 2, 128, 8, 0, 0, 1, 1, 0, 1, 1, 0},
+    // The act-quant FP4 experts on mma.sync (what sm_89 / sm_120 launch; "base"): chains in one accumulator, none
+    {"aq1", 8192, 2, 4, 1, 1, 2, 128, 8, 0, 0, 1, 1, 0, 1, 0, 2, 1},
+    {"aq0", 8192, 2, 4, 1, 1, 2, 128, 8, 0, 0, 1, 1, 0, 1, 0, 2, 0},
 };
 
 std::vector<std::string> defines(const Variant& v) {
@@ -95,7 +99,8 @@ std::vector<std::string> defines(const Variant& v) {
           "-DSMELT_MMA_FP4_PAIR_STAGES=" + std::to_string(v.fp4_pair_stages),
           "-DSMELT_MMA_PROBE=" + std::to_string(v.probe),
           "-DSMELT_MMA_FP4_SMEM_SCALES=" + std::to_string(v.smem_scales), "-DSMELT_MMA_WG_POS=" + std::to_string(v.pos),
-          "-DSMELT_MMA_WG_POS_DOWN=" + std::to_string(v.pos_down), "-DSMELT_MMA_HL_CHAIN=" + std::to_string(v.hl_chain)};
+          "-DSMELT_MMA_WG_POS_DOWN=" + std::to_string(v.pos_down), "-DSMELT_MMA_HL_CHAIN=" + std::to_string(v.hl_chain),
+          "-DSMELT_MMA_AQ_CHAIN=" + std::to_string(v.aq_chain)};
 }
 
 // gemv_mma.cuh mma_smem_bytes with the variant's ring.

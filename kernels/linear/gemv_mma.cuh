@@ -666,6 +666,18 @@ struct MmaSegment {
     }
   }
 
+  // The chains' end: each lane of a quad summed every 4th block (its column pair); the quad's four partial sums added
+  // (lanes tig ^ 1, then tig ^ 2), every lane holding the result.
+  __device__ __forceinline__ static void quad_sum(float (*acc)[2]) {
+#pragma unroll
+    for (int m = 0; m < NW; ++m)
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        acc[m][i] = __fadd_rn(acc[m][i], __shfl_xor_sync(0xFFFFFFFFu, acc[m][i], 1));
+        acc[m][i] = __fadd_rn(acc[m][i], __shfl_xor_sync(0xFFFFFFFFu, acc[m][i], 2));
+      }
+  }
+
   // FP4, a chain of the 4 blocks in ring slots j0q .. j0q + 3 (j0q a multiple of 4: one scale word a row): the weight
   // scales of its block jt (byte jt of the slot's words) decoded, matrix m's rows g, g + 8 at ws[2m], ws[2m + 1].
   __device__ __forceinline__ void chain_scales(int j0q, int jt, float* ws) const {
@@ -923,13 +935,7 @@ struct MmaSegment {
         }
       }
     });
-#pragma unroll
-    for (int m = 0; m < NW; ++m)
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        acc[m][i] = __fadd_rn(acc[m][i], __shfl_xor_sync(0xFFFFFFFFu, acc[m][i], 1));
-        acc[m][i] = __fadd_rn(acc[m][i], __shfl_xor_sync(0xFFFFFFFFu, acc[m][i], 2));
-      }
+    quad_sum(acc);
   }
 
 #if SMELT_WGMMA
@@ -1091,13 +1097,7 @@ struct MmaSegment {
         }
       }
     });
-#pragma unroll
-    for (int m = 0; m < NW; ++m)
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        acc[m][i] = __fadd_rn(acc[m][i], __shfl_xor_sync(0xFFFFFFFFu, acc[m][i], 1));
-        acc[m][i] = __fadd_rn(acc[m][i], __shfl_xor_sync(0xFFFFFFFFu, acc[m][i], 2));
-      }
+    quad_sum(acc);
   }
 
   // FP8, one token row, sm_90a: run()'s rolled FP8 ring with each block's sums by wgmma over the four warps of a

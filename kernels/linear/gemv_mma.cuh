@@ -44,11 +44,11 @@ constexpr int kMmaWarps = 8;  // block of 256 threads
 // wgmma's result read by one add; 5: everything but the weight scales' loads and decode)
 #endif
 #ifndef SMELT_MMA_WG_POS
-#define SMELT_MMA_WG_POS 1  // the FP4 wgmma up's blocks in column pairs, four a chain (MmaSegment::run_wg_pos)
+#define SMELT_MMA_WG_POS 1  // the FP4 wgmma up's blocks in column pairs, four a chain in 1 or 2 accumulators (run_wg_pos)
 #endif
 #ifndef SMELT_MMA_WG_POS_DOWN
 // the same for the FP4 wgmma down, where a block stages only its one group's slots and they fit the one-row layout's
-// rows (kernels/moe/moe_mma.cu down_mma_body)
+// rows (kernels/moe/moe_mma.cu down_mma_body); 1 or 2 accumulators
 #define SMELT_MMA_WG_POS_DOWN 1
 #endif
 #ifndef SMELT_MMA_HL_CHAIN
@@ -1048,8 +1048,12 @@ struct MmaSegment {
   // pair: its two rows' factors, one wait and two FMAs a matrix a chain instead of a block), and the quad's four
   // partial sums are added at the end. So each lane sums every 4th block in K order and the quad adds its four sums:
   // another fp32 order than run_wg's (one accumulator in K order), the same block sums and factors.
+  // A 2: blocks 0, 1 | 2, 3 of a chain in two accumulators, issued 0, 2, 1, 3 (two dependent pairs instead of one
+  // chain of four; a lane folds the accumulator holding its block).
+  template <int A>
   __device__ __forceinline__ void run_wg_pos(int b0, int b1, u32 x0, int plane, const float* xsl, float (*acc)[2]) {
     static_assert(FP4, "the wgmma path is FP4's");
+    static_assert(A == 1 || A == 2, "one or two accumulators a chain");
     constexpr int G = SMELT_MMA_GROUP;
     static_assert(D % G == 0 && G % 4 == 0, "the ring holds whole groups of whole chains");
     const int lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
@@ -1066,9 +1070,10 @@ struct MmaSegment {
 #pragma unroll
         for (int i = 0; i < 2 * NW; ++i) f[i] = __fmul_rn(xf, ws[i]);
         u32 a[4][NW][4];
-        float c[NW][4];
+        float c[A][NW][4];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
+        for (int i = 0; i < 4; ++i) {
+          const int j = A == 2 ? ((i & 1) << 1) | (i >> 1) : i;  // the block: 0, 1, 2, 3 or (A 2) 0, 2, 1, 3
 #pragma unroll
           for (int m = 0; m < NW; ++m) {
             const u8* st = ring + (j0 + q + j) * SB + m * 256 + tig * 4;
@@ -1079,8 +1084,8 @@ struct MmaSegment {
           const u64 desc = wgmma_desc(dlo + u32(mma_pos_start16(bf + j)), off);
 #pragma unroll
           for (int m = 0; m < NW; ++m) {
-            if (j == 0) wgmma_e4m3_64x8x32(c[m], a[j][m], desc);
-            else wgmma_e4m3_64x8x32_acc(c[m], a[j][m], desc);
+            if (j % (4 / A) == 0) wgmma_e4m3_64x8x32(c[j * A / 4][m], a[j][m], desc);
+            else wgmma_e4m3_64x8x32_acc(c[j * A / 4][m], a[j][m], desc);
           }
           wgmma_commit();
         }
@@ -1091,9 +1096,14 @@ struct MmaSegment {
         wgmma_wait<0>();
 #pragma unroll
         for (int m = 0; m < NW; ++m) {
+          float cc[4];
 #pragma unroll
-          for (int i = 0; i < 4; ++i) wgmma_ready(c[m][i]);
-          if (bt < b1) mma_fold_cols(acc[m], c[m], f[2 * m], f[2 * m + 1]);
+          for (int i = 0; i < 4; ++i) {
+#pragma unroll
+            for (int x = 0; x < A; ++x) wgmma_ready(c[x][m][i]);
+            cc[i] = A == 1 || jt < 2 ? c[0][m][i] : c[A - 1][m][i];
+          }
+          if (bt < b1) mma_fold_cols(acc[m], cc, f[2 * m], f[2 * m + 1]);
         }
       }
     });

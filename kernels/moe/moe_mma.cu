@@ -144,7 +144,7 @@ __device__ void up_mma_body(const float* x, int D, int F, int topk, const i32* i
     float acc[2][2] = {{0.f, 0.f}, {0.f, 0.f}};  // [g, u][rows g, g + 8]
     if (e >= 0) {
 #if SMELT_WGMMA
-      if constexpr (POS) ms.run_wg_pos(b0, b1, smem_addr(xq), mma_pos_plane(D), xsc, acc);
+      if constexpr (POS) ms.template run_wg_pos<SMELT_MMA_WG_POS>(b0, b1, smem_addr(xq), mma_pos_plane(D), xsc, acc);
       else if constexpr (WG) ms.run_wg(b0, b1, smem_addr(xq), xsc, acc);
       else
 #endif
@@ -259,7 +259,9 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
     if (e >= 0) {
 #if SMELT_WGMMA
       if constexpr (POS) {
-        if (pos) ms.run_wg_pos(b0, b1, smem_addr(xq + (t - staged_lo) * pstride), mma_pos_plane(F), xsc + (t - staged_lo), acc);
+        if (pos)
+          ms.template run_wg_pos<SMELT_MMA_WG_POS_DOWN>(b0, b1, smem_addr(xq + (t - staged_lo) * pstride), mma_pos_plane(F),
+                                                        xsc + (t - staged_lo), acc);
         else ms.run_wg(b0, b1, smem_addr(xq + t * stride), xsc + t, acc);
       } else if constexpr (WG) ms.run_wg(b0, b1, smem_addr(xq + t * stride), xsc + t, acc);
       else

@@ -81,6 +81,7 @@ const Variant kVariants[] = {
     {"wgnopos", 8192, 2, 4, 1, 1, 2, 128, 8, 1, 0, 1, 0, 0, 0},
     {"wgfull", 8192, 2, 4, 1, 1, 2, 128, 8, 1, 0, 1, 1, 1},  // + the down's launch with the full rings
     {"wgposup", 8192, 2, 4, 1, 1, 2, 128, 8, 1, 0, 1, 1, 0, 0},  // the chains in the up only (session 30's code)
+    {"wga2", 8192, 2, 4, 1, 1, 2, 128, 8, 1, 0, 1, 2, 0, 2},     // the chains in two accumulators, up and down
     // The sm_80 path's FP4 experts (weight-only ring, what `--numerics fp32` plans launch): chains of four blocks in
     // two accumulators (the default), one, none (the kernels before session 31)
     {"wo", 8192, 2, 4, 1, 1, 2, 128, 8, 0, 0, 1, 1, 0, 1, 1, 2},

@@ -223,7 +223,7 @@ void compile(const CompileOptions& o) {
   if (o.numerics != "model" && o.numerics != "fp32")
     throw Error("--numerics " + o.numerics + ": expected model (the model's own roundings, the default) or fp32");
   if (o.output.empty()) throw Error("no output file: pass -o PLAN.smelt");
-  kernel_define_options(o.kernel_defines);  // bad knobs fail before the model loads
+  const std::vector<std::string> kernel_defines = kernel_define_options(o.kernel_defines);  // before the model loads
   if (!o.kernel_defines.empty() && !target.cuda)
     throw Error("--kernel-define: target " + o.target + " has no CUDA GPU (kernel defines set CUDA kernels' knobs)");
   const std::vector<std::string> elements = split_pipeline(o.pipeline.empty() ? default_pipeline(eff) : o.pipeline);
@@ -291,7 +291,7 @@ void compile(const CompileOptions& o) {
   auto compile_device_code = [&] {
     if (compiled || !o.compile_to.empty() || !target.cuda) return;
     compiled = true;
-    kernels = compile_kernels(target, progress, kernel_define_options(o.kernel_defines));
+    kernels = compile_kernels(target, progress, kernel_defines);
     for (const auto& k : kernels)
       if (k.image.format == "cubin") kernel_bytes[k.image.arch] += k.image.bytes.size();
   };
@@ -422,7 +422,7 @@ void compile(const CompileOptions& o) {
   eo.kernels = std::move(kernels);
   eo.tp = o.tp;
   eo.pp = o.pp;
-  for (const std::string& d : kernel_define_options(o.kernel_defines))
+  for (const std::string& d : kernel_defines)
     eo.kernel_defines += (eo.kernel_defines.empty() ? "" : ",") + d.substr(2);  // "-DNAME=VALUE" -> "NAME=VALUE"
   std::vector<uint8_t> plan = emit_plan(*module, eo);
   write_file(o.output, plan.data(), plan.size());

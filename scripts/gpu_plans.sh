@@ -12,7 +12,7 @@
 #        BENCH_ONLY=1 builds only the bench plans, for a bench or profiling call: minutes instead of ~20;
 #        BENCH_VARIANTS="NAME:K=V,K=V ..." / BENCH_VARIANTS_FP32="..." also compile bench_v41flash_slice4_NAME /
 #        bench_v41flash_slice4_fp32_NAME with those kernel knobs (smelt-compile --kernel-define), for step A/Bs of
-#        kernel variants from one tree, e.g. BENCH_VARIANTS="nopos:SMELT_MMA_WG_POS=0,SMELT_MMA_WG_POS_DOWN=0")
+#        kernel variants from one tree, e.g. BENCH_VARIANTS="nopf:SMELT_MMA_L2PF=0 plain:SMELT_W_EVICT_FIRST=0")
 # OUT is not committed (.gitignore); the lead carries it to the GPU machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -152,6 +152,10 @@ __device__ __forceinline__ void cp_async16_pf_if(u32 dst, const void* src, int s
   else SMELT_CP_ASYNC_IF("");
 #undef SMELT_CP_ASYNC_IF
 }
+// 4 bytes global -> shared (cp.async.ca: 4-byte copies go through L1), zero-filled past src_bytes (0 or 4).
+__device__ __forceinline__ void cp_async4_zfill(u32 dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {

@@ -43,6 +43,25 @@ constexpr int kMmaWarps = 8;  // block of 256 threads
 // (1: the ring alone; 2: + conversions and wgmmas, no fold; 3: + conversions and folds, no wgmmas; 4: as 2 with each
 // wgmma's result read by one add; 5: everything but the weight scales' loads and decode)
 #endif
+#ifndef SMELT_MMA_WG_POS
+#define SMELT_MMA_WG_POS 1  // the FP4 wgmma up's blocks in column pairs, four a chain in 1 or 2 accumulators (run_wg_pos)
+#endif
+#ifndef SMELT_MMA_WG_POS_DOWN
+// the same for the FP4 wgmma down, where a block stages only its one group's slots and they fit the one-row layout's
+// rows (kernels/moe/moe_mma.cu down_mma_body); 1 or 2 accumulators
+#define SMELT_MMA_WG_POS_DOWN 1
+#endif
+#ifndef SMELT_MMA_HL_CHAIN
+// the weight-only FP4 ring's blocks (the sm_80 path's experts) four a chain on mma.sync, in 1 or 2 accumulators
+// (MmaSegment::run_hl_chain); 0: one block a fold (run)
+#define SMELT_MMA_HL_CHAIN 2
+#endif
+#ifndef SMELT_MMA_AQ_CHAIN
+#define SMELT_MMA_AQ_CHAIN 2  // the same for the act-quant FP4 ring on mma.sync (sm_89 / sm_120 experts)
+#endif
+#ifndef SMELT_MMA_FP4_SMEM_SCALES
+#define SMELT_MMA_FP4_SMEM_SCALES 1  // FP4 scale words by cp.async through shared memory (MmaSegment::sc_smem_)
+#endif
 #ifndef SMELT_MMA_GROUP
 #define SMELT_MMA_GROUP 4  // blocks consumed per cp.async wait
 #endif
@@ -101,9 +120,9 @@ __device__ __forceinline__ void e2m1x8_e4m3(u32 w, u32& lo, u32& hi) {
 // The descriptor's low word (start address / 16, the first offset); the high word is the second offset (2). The next
 // block (+ 64 bytes) is lo + 4: the start field (14 bits, shared memory < 256 KB) never carries.
 __device__ __forceinline__ u32 wgmma_desc_col01_lo(u32 a) { return ((a & 0x3FFFFu) >> 4) | (2u << 16); }
-__device__ __forceinline__ u64 wgmma_desc(u32 lo) {
+__device__ __forceinline__ u64 wgmma_desc(u32 lo, u32 hi = 2u) {
   u64 d;
-  asm("mov.b64 %0, {%1, %2};" : "=l"(d) : "r"(lo), "r"(2u));
+  asm("mov.b64 %0, {%1, %2};" : "=l"(d) : "r"(lo), "r"(hi));
   return d;
 }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
@@ -116,13 +135,22 @@ __device__ __forceinline__ void wgmma_wait() {
 // d = A . B for a 64 x 32 E4M3 A from registers (this warp's 16 rows: a0 row g, k 4 tig ..; a1 row g + 8; a2 row g,
 // k 16 + 4 tig ..; a3 row g + 8) and B 32 x 8 at desc; fp32 result, issued asynchronously (wgmma_wait, then
 // wgmma_ready on d).
+#define SMELT_WGMMA_E4M3_64X8X32                        \
+  "{ .reg .pred p; setp.ne.b32 p, %9, 0;\n"            \
+  "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 " \
+  "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1; }"
 __device__ __forceinline__ void wgmma_e4m3_64x8x32(float* d, const u32* a, u64 desc) {
-  asm volatile(
-      "{ .reg .pred p; setp.ne.b32 p, %9, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1; }"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(0)
-      : "memory");
+  asm volatile(SMELT_WGMMA_E4M3_64X8X32
+               : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(0)
+               : "memory");
+}
+// The same, d += A . B (a chain of wgmmas into one accumulator: scale-d 1).
+__device__ __forceinline__ void wgmma_e4m3_64x8x32_acc(float* d, const u32* a, u64 desc) {
+  asm volatile(SMELT_WGMMA_E4M3_64X8X32
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1)
+               : "memory");
 }
 // After wgmma_wait: d is read only from here on (the compiler sees the registers change here, after the wait).
 __device__ __forceinline__ void wgmma_ready(float& d) { asm volatile("" : "+f"(d)::"memory"); }
@@ -138,18 +166,22 @@ __host__ __device__ constexpr int mma_x_stride(int K) { return 2 * K + 64; }
 __host__ __device__ constexpr int mma_ring_offset(int K, int rows_staged) {
   return rows_staged * mma_x_stride(K) + (K / 32) * 8 * 4 + kMmaWarps * 4 * 32 * 4;
 }
-__host__ __device__ constexpr int mma_scale_stride(int K) { return (2 * (K / 32) + 15) / 16 * 16; }
-__host__ __device__ constexpr int mma_smem_bytes(int K, int rows_staged) {
-  return mma_ring_offset(K, rows_staged) + kMmaWarps * (kMmaRingBytes + mma_scale_stride(K));
+// At least kMmaScaleMin: the FP4 scale ring in shared memory (MmaSegment::kSmemScales) uses the same area.
+constexpr int kMmaScaleMin = 256;
+__host__ __device__ constexpr int mma_scale_stride(int K) {
+  return (2 * (K / 32) + 15) / 16 * 16 > kMmaScaleMin ? (2 * (K / 32) + 15) / 16 * 16 : kMmaScaleMin;
+}
+__host__ __device__ constexpr int mma_smem_bytes(int K, int rows_staged, int ring_bytes = kMmaRingBytes) {
+  return mma_ring_offset(K, rows_staged) + kMmaWarps * (ring_bytes + mma_scale_stride(K));
 }
 
 
 // Traps unless the launch's dynamic shared memory covers mma_smem_bytes(K, rows_staged): the runtime sizes it with
 // its own copy of the ring size (runtime/cuda/ops_mma.cc), and a mismatch would overrun shared memory silently.
-__device__ __forceinline__ void mma_check_smem(int K, int rows_staged) {
+__device__ __forceinline__ void mma_check_smem(int K, int rows_staged, int ring_bytes = kMmaRingBytes) {
   unsigned dyn;
   asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
-  if (unsigned(mma_smem_bytes(K, rows_staged)) > dyn) __trap();
+  if (unsigned(mma_smem_bytes(K, rows_staged, ring_bytes)) > dyn) __trap();
 }
 
 // E4M3 code of x: round to nearest even, saturating to +-448 (sm_89+: the kernels trap below).
@@ -188,15 +220,30 @@ __device__ __forceinline__ void f16x8_repair(uint4 x, u32* b) {
 // kStageE4m3SplitK: the same columns for the FP8 weights on wgmma (MmaSegment::run_wg8), whose A fragments are the
 // ring's bytes as they are: a lane's 8 codes k 8 tig .. 8 tig + 7 of a row are the MMA's k 4 tig .. 4 tig + 3 and
 // 16 + 4 tig .., so the block's k 8i .. 8i + 3 go first and k 8i + 4 .. 8i + 7 after.
-constexpr int kStageF16 = 0, kStageF16Paired = 1, kStageE4m3Split = 2, kStageE4m3SplitK = 3;
+constexpr int kStageF16 = 0, kStageF16Paired = 1, kStageE4m3Split = 2, kStageE4m3SplitK = 3, kStageE4m3Pos = 4;
+
+// kStageE4m3Pos (MmaSegment::run_wg_pos): block b's codes (kStageE4m3Split's two columns) at column pair p = b % 4
+// of a wgmma B operand whose other six columns read zeros, so that four consecutive blocks' wgmmas can add into one
+// accumulator, each block's sums in its own column pair. A B operand is two core matrices (k 0..15, k 16..31) of 8
+// columns x 16 bytes; here the second lies a plane after the first (the descriptor's offsets: mma_pos_plane), so a
+// row is two planes, k 0..15 of every block in the first. In a plane, per 4 blocks (384 bytes, 24 slots of 16 bytes),
+// the core matrices of p = 0..3 start at slots 0, 6, 10, 16 with their two data slots at 0, 8, 14, 22: no core matrix
+// holds another's data, and the slots between hold zeros. One group more than the blocks fill (zeros) for the blocks
+// past the row that a chain also runs (not folded).
+__host__ __device__ constexpr int mma_pos_plane(int K) { return 384 * ((K / 32 + 2) / 4 + 1); }
+__host__ __device__ constexpr int mma_pos_bytes(int K) { return 2 * mma_pos_plane(K); }
+// Staged rows of mma_x_stride(K) bytes that hold one such row (what the launcher sizes shared memory with).
+__host__ __device__ constexpr int mma_pos_rows(int K) { return (mma_pos_bytes(K) + 2 * K + 63) / (2 * K + 64); }
+// Block b's data offset in a plane / the 16-byte start of its core matrix there.
+__host__ __device__ constexpr int mma_pos_data(int b) { return 384 * (b >> 2) + 16 * ((0x160E0800u >> (8 * (b & 3))) & 0xFF); }
+__host__ __device__ constexpr int mma_pos_start16(int b) { return 24 * (b >> 2) + ((0x100A0600u >> (8 * (b & 3))) & 0xFF); }
 
 // mma_stage_quant's stores of one block's 32 codes w (4 a word, k order) at dst: kStageE4m3Split(K) ...
 template <bool KHalves = false>
-__device__ __forceinline__ void mma_stage_e4m3_split(const u32* w, u8* dst_bytes) {
+__device__ __forceinline__ void mma_stage_e4m3_split(const u32* w, u8* dst_bytes, int half1 = 32) {
   // k 8i .. 8i + 7 are w[2i], w[2i + 1]: their even k to slots 4i .. 4i + 3, their odd k to 16 + 4i .. (KHalves:
   // w[2i] to slots 4i .., w[2i + 1] to 16 + 4i ..); each code in column 0 when |x| >= 2 (E4M3 exponent field >= 8:
   // bit 6), else in column 1, the other column 0. Columns: wgmma_desc_col01_lo's layout, 64 bytes a block.
-  uint4* dst = reinterpret_cast<uint4*>(dst_bytes);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {  // evens, odds (KHalves: first, second four of each 8)
     const u32 sel = h ? 0x7531u : 0x6420u;
@@ -206,8 +253,9 @@ __device__ __forceinline__ void mma_stage_e4m3_split(const u32* w, u8* dst_bytes
       const u32 c = KHalves ? w[2 * i + h] : prmt(w[2 * i], w[2 * i + 1], sel), big = ((c >> 6) & 0x01010101u) * 0xFFu;
       hi[i] = c & big, lo[i] = c & ~big;
     }
-    dst[2 * h] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-    dst[2 * h + 1] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    uint4* d = reinterpret_cast<uint4*>(dst_bytes + h * half1);  // k 0..15, then k 16..31 at + half1
+    d[0] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    d[1] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
   }
 }
 // ... and kStageF16 / kStageF16Paired.
@@ -283,13 +331,24 @@ __device__ __forceinline__ void mma_stage_quant(const float* x, int rows, int K,
     }
     const int r = u / nb, b = u - r * nb;
     xsc[b * 8 + r] = a.s;
-    if constexpr (Mode == kStageE4m3Split) mma_stage_e4m3_split(w, xq + r * stride + b * 64);
+    if constexpr (Mode == kStageE4m3Pos) {
+      u8* row = xq + r * stride;
+      const int p = b & 3, d = mma_pos_data(b), plane = mma_pos_plane(K);
+      mma_stage_e4m3_split(w, row + d, plane);
+      // zeros after the data in both planes, up to the next block's (p 0: 6 slots, 1: 4, 2: 6, 3: none); the row's
+      // last block to the plane's end
+      const int z1 = b == nb - 1 ? plane : d + 32 + 16 * ((0x00060406u >> (8 * p)) & 0xFF);
+      for (int o = d + 32; o < z1; o += 16) {
+        *reinterpret_cast<uint4*>(row + o) = make_uint4(0u, 0u, 0u, 0u);
+        *reinterpret_cast<uint4*>(row + plane + o) = make_uint4(0u, 0u, 0u, 0u);
+      }
+    } else if constexpr (Mode == kStageE4m3Split) mma_stage_e4m3_split(w, xq + r * stride + b * 64);
     else if constexpr (Mode == kStageE4m3SplitK) mma_stage_e4m3_split<true>(w, xq + r * stride + b * 64);
     else mma_stage_f16<Mode == kStageF16Paired>(w, xq + r * stride + b * 64);
   }
 #if SMELT_WGMMA
   // wgmma reads its B operand through the async proxy: these generic-proxy stores must be made visible to it.
-  if constexpr (Mode == kStageE4m3Split || Mode == kStageE4m3SplitK)
+  if constexpr (Mode == kStageE4m3Split || Mode == kStageE4m3SplitK || Mode == kStageE4m3Pos)
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 #endif
   __syncthreads();
@@ -409,11 +468,12 @@ __device__ __forceinline__ void mma_fold_hl(float* acc, const float* c, float xf
 // latency-bound at 10-30% of DRAM bandwidth. prefetch() issues the first D blocks early (before the act-quant
 // staging, or before the dependent-launch wait: weights are never written by a kernel).
 // This warp's weight ring and FP8 scale bytes in the kernel's dynamic shared memory sm (mma_smem_bytes layout).
-__device__ __forceinline__ u8* mma_warp_ring(unsigned char* sm, int K, int rows_staged) {
-  return sm + mma_ring_offset(K, rows_staged) + (threadIdx.x >> 5) * kMmaRingBytes;
+// ring_bytes: the rings' stride (kMmaRingBytes, or what a segment's D stages take: the wgmma up, run_wg_pos).
+__device__ __forceinline__ u8* mma_warp_ring(unsigned char* sm, int K, int rows_staged, int ring_bytes = kMmaRingBytes) {
+  return sm + mma_ring_offset(K, rows_staged) + (threadIdx.x >> 5) * ring_bytes;
 }
-__device__ __forceinline__ u8* mma_warp_scales(unsigned char* sm, int K, int rows_staged) {
-  return sm + mma_ring_offset(K, rows_staged) + kMmaWarps * kMmaRingBytes + (threadIdx.x >> 5) * mma_scale_stride(K);
+__device__ __forceinline__ u8* mma_warp_scales(unsigned char* sm, int K, int rows_staged, int ring_bytes = kMmaRingBytes) {
+  return sm + mma_ring_offset(K, rows_staged) + kMmaWarps * ring_bytes + (threadIdx.x >> 5) * mma_scale_stride(K);
 }
 
 // Tiled: the weights in tile order (wtile_off; the act-quant weights on sm_89+) or row-major (the weight-only paths'
@@ -426,6 +486,8 @@ struct MmaSegment {
   static constexpr int DMAX = FP4 && NW == 2 ? SMELT_MMA_FP4_PAIR_STAGES : 16;
   static constexpr int D = kMmaRingBytes / SB < DMAX ? kMmaRingBytes / SB : DMAX;
   static_assert((D & (D - 1)) == 0 && D >= 4, "D: a power of two of at least one group");
+  // FP4: the scale words through a ring in shared memory (see scsrc below) where the warp's scale area holds it
+  static constexpr bool kSmemScales = FP4 && SMELT_MMA_FP4_SMEM_SCALES && D * 16 * NW <= kMmaScaleMin;
   const u8* src[NW];  // this lane's copy source of block 0 (FP8: row lane / 2, half lane % 2; FP4: row lane % 16)
   const u8* sA[NW];
   const u8* sB[NW];
@@ -445,10 +507,17 @@ struct MmaSegment {
   // g + 8 at 2m + 1), loaded a word at a time where they are 4-aligned (words_) and byte by byte elsewhere; the
   // permutes that make each block's scale word run when its group is consumed (group_scales), by when the loads
   // have long landed (a byte a block and row, permuted at issue, had the issue wait for them: 16 loads a group).
-  u32 scw[FP4 ? D / 4 : 1][2 * NW];
+  u32 scw[FP4 && !kSmemScales ? D / 4 : 1][2 * NW];
   u8* scl;  // FP8: [NW][K/32] scale bytes of this warp's segment, block b at scl[m * nb + b - b0]
   int nb_;
   bool words_;  // FP4: the scale rows and the segment's first block 4-aligned (issue_fp4_group's word loads)
+  // FP4 (kSmemScales): the scale words go through a ring in shared memory instead of the register ring scw: scl
+  // holds D / 4 slots of 16 NW words (a word a matrix row: its 4 blocks of the slot), copied by 4-byte cp.async in the
+  // copy group of the slot's first block (byte loads and a shared store where the rows are not 4-aligned). The
+  // register ring's __ldg words sat in registers for a ring's length and were waited for at group_scales:
+  // bench_mma_gemv's "wgp5" probe put the up's scale loads and decode at 6.6 of its 32.3 us (session 29). scsrc: this
+  // lane's copy source (matrix lane / 16, row lane % 16 of the tile).
+  const u8* scsrc;
 
   // warp_ring / warp_scales: mma_ring_offset(K, rows) + warp * kMmaRingBytes and
   // mma_ring_offset(K, rows) + kMmaWarps * kMmaRingBytes + warp * mma_scale_stride(K) in the kernel's shared memory.
@@ -489,6 +558,13 @@ struct MmaSegment {
         sA[m] = sB[m] = ws[m] + ((nm < N ? nm : n0) >> sh) * ncols;
       }
     }
+    if constexpr (FP4) {
+      // constant indices only (a lane-dependent ws[m] put the caller's pointer arrays in local memory)
+      const bool hi = NW == 2 && lane >= 16;
+      const int r = lane & 15;
+      const i64 nm = hi ? n0 + i64(NW - 1) * row_step : n0;
+      scsrc = (hi ? ws[NW - 1] : ws[0]) + (nm + r < N ? nm + r : n0) * nb;
+    }
     if (!FP4) {
       wdst = smem_addr(ring) + (lane >> 1) * 32 + (lane & 1) * 16;
     } else {
@@ -522,12 +598,28 @@ struct MmaSegment {
     const u8* wp = wsrc + i64(bn) * wstr;
 #pragma unroll
     for (int q = 0; q < n; q += 4) {
-      u32* v = scw[(j0 + q) / 4];
-      if (words_) {
+      if constexpr (kSmemScales) {  // the slot's words, in the copy group of block q
+        const int lane = threadIdx.x & 31;
+        const u32 dst = smem_addr(scl) + (((j0 + q) / 4) * 16 * NW + lane) * 4;
+        if (lane < 16 * NW) {
+          if (words_) {
+            cp_async4_zfill(dst, scsrc + bn + q, bn + q < b1_ ? 4 : 0);
+          } else {
+            u32 b[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) b[i] = bn + q + i < b1_ ? u32(__ldg(scsrc + bn + q + i)) : 0u;
+            asm volatile("st.shared.u32 [%0], %1;" ::"r"(dst), "r"(prmt(prmt(b[0], b[1], 0x0040u), prmt(b[2], b[3], 0x0040u), 0x5410u))
+                         : "memory");
+          }
+        }
+        (void)sp;
+      } else if (words_) {
+        u32* v = scw[(j0 + q) / 4];  // q, j0 constants once unrolled: registers
         const bool ok = bn + q < b1_;
 #pragma unroll
         for (int k = 0; k < 2 * NW; ++k) v[k] = ok ? __ldg(reinterpret_cast<const u32*>(sp[k] + q)) : 0u;
       } else {
+        u32* v = scw[(j0 + q) / 4];
 #pragma unroll
         for (int k = 0; k < 2 * NW; ++k) {
           u32 b[4];
@@ -552,7 +644,16 @@ struct MmaSegment {
     static_assert(G % 4 == 0, "whole scale words");
 #pragma unroll
     for (int q = 0; q < G; q += 4) {
-      const u32* v = scw[(j0 + q) / 4];
+      u32 v[2 * NW];
+      if constexpr (kSmemScales) {  // rows g, g + 8 of each matrix from the shared ring
+        const int g = (threadIdx.x & 31) >> 2;
+        const u32* w = reinterpret_cast<const u32*>(scl) + ((j0 + q) / 4) * 16 * NW;
+#pragma unroll
+        for (int m = 0; m < NW; ++m) v[2 * m] = w[m * 16 + g], v[2 * m + 1] = w[m * 16 + g + 8];
+      } else {
+#pragma unroll
+        for (int k = 0; k < 2 * NW; ++k) v[k] = scw[(j0 + q) / 4][k];
+      }
       // t: matrix 0's rows g / g + 8, blocks 0, 1 | 2, 3 interleaved; u: matrix 1's.
       const u32 t0 = prmt(v[0], v[1], 0x5140u), t1 = prmt(v[0], v[1], 0x7362u);
       if constexpr (NW == 2) {
@@ -563,6 +664,37 @@ struct MmaSegment {
         scale[q] = t0 & 0xFFFFu, scale[q + 1] = t0 >> 16, scale[q + 2] = t1 & 0xFFFFu, scale[q + 3] = t1 >> 16;
       }
     }
+  }
+
+  // The chains' end: each lane of a quad summed every 4th block (its column pair); the quad's four partial sums added
+  // (lanes tig ^ 1, then tig ^ 2), every lane holding the result.
+  __device__ __forceinline__ static void quad_sum(float (*acc)[2]) {
+#pragma unroll
+    for (int m = 0; m < NW; ++m)
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        acc[m][i] = __fadd_rn(acc[m][i], __shfl_xor_sync(0xFFFFFFFFu, acc[m][i], 1));
+        acc[m][i] = __fadd_rn(acc[m][i], __shfl_xor_sync(0xFFFFFFFFu, acc[m][i], 2));
+      }
+  }
+
+  // FP4, a chain of the 4 blocks in ring slots j0q .. j0q + 3 (j0q a multiple of 4: one scale word a row): the weight
+  // scales of its block jt (byte jt of the slot's words) decoded, matrix m's rows g, g + 8 at ws[2m], ws[2m + 1].
+  __device__ __forceinline__ void chain_scales(int j0q, int jt, float* ws) const {
+    const int g = (threadIdx.x & 31) >> 2;
+    u32 v[2 * NW];
+    if constexpr (kSmemScales) {
+      const u32* w = reinterpret_cast<const u32*>(scl) + (j0q / 4) * 16 * NW;
+#pragma unroll
+      for (int m = 0; m < NW; ++m) v[2 * m] = w[m * 16 + g], v[2 * m + 1] = w[m * 16 + g + 8];
+    } else {
+#pragma unroll
+      for (int k = 0; k < 2 * NW; ++k) v[k] = scw[j0q / 4][k];
+    }
+    const u32 sel = u32(jt) | (u32(jt + 4) << 4);
+    u32 sw = prmt(v[0], v[1], sel);
+    if constexpr (NW == 2) sw = prmt(sw, prmt(v[2], v[3], sel), 0x5410u);
+    e8m0x4_decode<2 * NW>(sw, ws);
   }
 
   // FP8: blocks bn .. bn + n - 1 into ring slots slot0 .. slot0 + n - 1 (call unrolled: n constant), one commit group
@@ -736,6 +868,76 @@ struct MmaSegment {
     }
   }
 
+  // FP4 on mma.sync, one token row: run<1, false, HL>'s sums with run_wg_pos's chains (SMELT_MMA_HL_CHAIN for the
+  // weight-only ring of the sm_80 path, HL; SMELT_MMA_AQ_CHAIN for the act-quant one of sm_89 / sm_120). The 4 blocks
+  // of a group add into A accumulators (A 1: one; 2: blocks 0, 1 | 2, 3, two shorter MMA chains), block b's
+  // activations in token columns 2 (b % 4) (HL: its hi halves) and 2 (b % 4) + 1 (HL: its lo halves; else zeros) of
+  // the MMA's 8 and zeros in the others, so that C column pair p holds the block sum of the chain's block at p (the
+  // other blocks add exact zero products) and a lane (tig) folds one block of four: one scale decode and fold a
+  // matrix a chain instead of a block. Every lane (HL; else every even g) loads one block's 8 activations a chain
+  // (lanes g: column g; the per-block kernel had lanes g 0 (and 1) load all four). The quad adds its four partial sums
+  // at the end: another fp32 order than run's, the same block sums and factors. xhi: the slot's staged row (HL: its
+  // hi row, the lo row xstride after), nullptr for no activations (the sums are 0).
+  template <int A, bool HL>
+  __device__ __forceinline__ void run_chain(int b0, int b1, const u8* xhi, int xstride, const float* xsl,
+                                            float (*acc)[2]) {
+    static_assert(FP4, "the FP4 ring's chains");
+    static_assert(A == 1 || A == 2, "one or two accumulators a chain");
+    constexpr int G = SMELT_MMA_GROUP;
+    static_assert(D % G == 0 && G % 4 == 0, "the ring holds whole groups of whole chains");
+    const int lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3, p = g >> 1;
+    // column g: HL hi (g even) or lo of its block; else the block's codes (g even) or zeros
+    const u8* xr = !xhi || (!HL && (g & 1)) ? nullptr : xhi + (HL ? (g & 1) * xstride : 0) + tig * 16;
+    fp4_groups(b0, b1, [&](int bb, int j0) {
+#pragma unroll
+      for (int q = 0; q < G; q += 4) {
+        const int bf = bb + j0 + q, jp = (p - bf) & 3, jt = (tig - bf) & 3, bt = bf + jt;
+        // this lane's B column: its block jp's 8 activations (blocks past the segment: zeros, never folded)
+        uint4 xv = make_uint4(0u, 0u, 0u, 0u);
+        if (xr && bf + jp < b1) xv = *reinterpret_cast<const uint4*>(xr + (bf + jp) * 64);
+        // its fold's factors: block jt's weight scales and activation factor (powers of two, as consume's)
+        float ws[2 * NW];
+        chain_scales(j0 + q, jt, ws);
+        const float xf = __fmul_rn(xsl[(bt < b1 ? bt : b1 - 1) * 8], 16384.f);
+        float c[A][NW][4];
+#pragma unroll
+        for (int a = 0; a < A; ++a)
+#pragma unroll
+          for (int m = 0; m < NW; ++m) c[a][m][0] = c[a][m][1] = c[a][m][2] = c[a][m][3] = 0.f;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const bool mine = j == jp;
+          const u32 xb[4] = {mine ? xv.x : 0u, mine ? xv.y : 0u, mine ? xv.z : 0u, mine ? xv.w : 0u};
+#pragma unroll
+          for (int m = 0; m < NW; ++m) {
+            const u8* st = ring + (j0 + q + j) * SB + m * 256 + tig * 4;
+            u32 pa[4], pb[4];
+            wo_e2m1_pairs(*reinterpret_cast<const u32*>(st + g * 16), pa);
+            wo_e2m1_pairs(*reinterpret_cast<const u32*>(st + (g + 8) * 16), pb);
+            float* cm = c[j * A / 4][m];
+            wo_mma(cm, pa[0], pb[0], pa[1], pb[1], xb[0], xb[1]);
+            wo_mma(cm, pa[2], pb[2], pa[3], pb[3], xb[2], xb[3]);
+          }
+        }
+        if (q + 4 == G) {  // every block of the group read from the ring: refill its slots
+          __syncwarp();
+          issue_fp4_group(j0, G, bb + j0 + D);
+        }
+        if (bt < b1) {
+#pragma unroll
+          for (int m = 0; m < NW; ++m) {
+            float cc[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) cc[i] = A == 1 || jt < 2 ? c[0][m][i] : c[A - 1][m][i];
+            if constexpr (HL) mma_fold_hl(acc[m], cc, xf, ws[2 * m], ws[2 * m + 1]);
+            else mma_fold<1>(acc[m], cc, xf, 0.f, ws[2 * m], ws[2 * m + 1]);
+          }
+        }
+      }
+    });
+    quad_sum(acc);
+  }
+
 #if SMELT_WGMMA
   // FP4, one token row, sm_90a: run()'s ring, with each block's sums by wgmma (m64n8k32 E4M3, A from registers) over
   // the four warps of a warpgroup, which walk the same blocks of their 4 x 16 rows (every call warpgroup-uniform).
@@ -839,6 +1041,73 @@ struct MmaSegment {
       wgmma_wait<0>();
       if (bb + j0 + G - 1 < b1) fold(f, c[(G - 1) & 1]);
     });
+  }
+
+  // run_wg with the activations staged kStageE4m3Pos (x0: the row's smem address): the 4 blocks of a chain add into one
+  // accumulator, block b's sums in column pair b % 4, so a lane (tig) folds one block of each 4 (the one at its column
+  // pair: its two rows' factors, one wait and two FMAs a matrix a chain instead of a block), and the quad's four
+  // partial sums are added at the end. So each lane sums every 4th block in K order and the quad adds its four sums:
+  // another fp32 order than run_wg's (one accumulator in K order), the same block sums and factors.
+  // A 2: blocks 0, 1 | 2, 3 of a chain in two accumulators, issued 0, 2, 1, 3 (two dependent pairs instead of one
+  // chain of four; a lane folds the accumulator holding its block).
+  template <int A>
+  __device__ __forceinline__ void run_wg_pos(int b0, int b1, u32 x0, int plane, const float* xsl, float (*acc)[2]) {
+    static_assert(FP4, "the wgmma path is FP4's");
+    static_assert(A == 1 || A == 2, "one or two accumulators a chain");
+    constexpr int G = SMELT_MMA_GROUP;
+    static_assert(D % G == 0 && G % 4 == 0, "the ring holds whole groups of whole chains");
+    const int lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+    // both descriptor offsets a plane (N = 8 is one core matrix of columns: only the k step is used)
+    const u32 off = u32(plane) >> 4, dlo = ((x0 & 0x3FFFFu) >> 4) | (off << 16);
+    fp4_groups(b0, b1, [&](int bb, int j0) {
+#pragma unroll
+      for (int q = 0; q < G; q += 4) {
+        const int bf = bb + j0 + q, jt = (tig - bf) & 3, bt = bf + jt;  // this lane's block of the chain
+        // Its factors before the chain
+        float ws[2 * NW], f[2 * NW];
+        chain_scales(j0 + q, jt, ws);
+        const float xf = __fmul_rn(xsl[(bt < b1 ? bt : b1 - 1) * 8], 64.f);  // blocks past the segment: not folded
+#pragma unroll
+        for (int i = 0; i < 2 * NW; ++i) f[i] = __fmul_rn(xf, ws[i]);
+        u32 a[4][NW][4];
+        float c[A][NW][4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int j = A == 2 ? ((i & 1) << 1) | (i >> 1) : i;  // the block: 0, 1, 2, 3 or (A 2) 0, 2, 1, 3
+#pragma unroll
+          for (int m = 0; m < NW; ++m) {
+            const u8* st = ring + (j0 + q + j) * SB + m * 256 + tig * 4;
+            e2m1x8_e4m3(*reinterpret_cast<const u32*>(st + g * 16), a[j][m][0], a[j][m][2]);
+            e2m1x8_e4m3(*reinterpret_cast<const u32*>(st + (g + 8) * 16), a[j][m][1], a[j][m][3]);
+          }
+          wgmma_fence();
+          const u64 desc = wgmma_desc(dlo + u32(mma_pos_start16(bf + j)), off);
+#pragma unroll
+          for (int m = 0; m < NW; ++m) {
+            if (j % (4 / A) == 0) wgmma_e4m3_64x8x32(c[j * A / 4][m], a[j][m], desc);
+            else wgmma_e4m3_64x8x32_acc(c[j * A / 4][m], a[j][m], desc);
+          }
+          wgmma_commit();
+        }
+        if (q + 4 == G) {  // the group's words and scales are in registers: refill its slots
+          __syncwarp();
+          issue_fp4_group(j0, G, bb + j0 + D);
+        }
+        wgmma_wait<0>();
+#pragma unroll
+        for (int m = 0; m < NW; ++m) {
+          float cc[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+#pragma unroll
+            for (int x = 0; x < A; ++x) wgmma_ready(c[x][m][i]);
+            cc[i] = A == 1 || jt < 2 ? c[0][m][i] : c[A - 1][m][i];
+          }
+          if (bt < b1) mma_fold_cols(acc[m], cc, f[2 * m], f[2 * m + 1]);
+        }
+      }
+    });
+    quad_sum(acc);
   }
 
   // FP8, one token row, sm_90a: run()'s rolled FP8 ring with each block's sums by wgmma over the four warps of a

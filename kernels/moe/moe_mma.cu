@@ -8,12 +8,14 @@
 // tile = one slot's 16 output columns; S warps split K per tile). Dynamic shared memory mma_smem_bytes(D, 1) for
 // up, mma_smem_bytes(F, topk) for down (topk <= 8).
 // smelt_moe_*_fp4_wgmma (sm_90a): the same with 64-row tiles (x SMELT_MMA_DOWN_TPW for down), each walked by the 4
-// warps of a warpgroup, the block sums by wgmma (MmaSegment::run_wg); groups of 2 / S tiles, S <= 2.
+// warps of a warpgroup, the block sums by wgmma (MmaSegment::run_wg); groups of 2 / S tiles, S <= 2. The up, and the
+// down where a block runs one group, stage their rows in column pairs (kStageE4m3Pos) for run_wg_pos's chains of four.
 // smelt_moe_*_{fp8,fp4}_wo_ring (sm_80+, the weight-only path of `--numerics fp32` plans): what smelt_moe_*_wo_mma
 // compute (V4 swiglu with limit, no routing weight, no roundings: the launcher passes rb = 0, round = 0) through the
 // same ring as the act-quant kernels: the activations staged as f16 hi / lo halves in two token columns
-// (mma_stage_wo, MmaSegment::run with HL), the weights row-major. The down stages only the slots of its group's
-// tiles (two halves a slot would not fit every slot beside the rings).
+// (mma_stage_wo, MmaSegment::run with HL; the FP4 ones four blocks a chain, MmaSegment::run_chain), the weights
+// row-major. The down stages only the slots of its group's tiles (two halves a slot would not fit every slot beside
+// the rings).
 #include "kernels/linear/gemv_mma.cuh"
 
 using namespace smelt_dev;
@@ -34,9 +36,11 @@ __device__ __forceinline__ const u8* lane_xrow(const u8* xq, int stride, int lt,
   return nullptr;
 }
 
-template <bool FP4, int P>
+// Pos: the wgmma up's one row in column pairs (kStageE4m3Pos, MmaSegment::run_wg_pos).
+template <bool FP4, int P, bool Pos = false>
 __device__ __forceinline__ void stage_rows(const float* x, int rows, int K, u8* xq, int stride, float* xsc) {
   if constexpr (P == kPathWo) mma_stage_wo<FP4>(x, rows, K, xq, stride, xsc);
+  else if constexpr (P == kPathWg && Pos) mma_stage_quant<kStageE4m3Pos>(x, rows, K, xq, stride, xsc);
   else if constexpr (P == kPathWg) mma_stage_quant<kStageE4m3Split>(x, rows, K, xq, stride, xsc);
   else if constexpr (FP4) mma_stage_quant<kStageF16Paired>(x, rows, K, xq, stride, xsc);
   else mma_stage_quant<kStageF16>(x, rows, K, xq, stride, xsc);
@@ -90,11 +94,16 @@ __device__ void up_mma_body(const float* x, int D, int F, int topk, const i32* i
                             const ExpertW& w, int blk, float limit, int rb, float* h, int S, int bid, int nblk) {
 #if defined(__CUDA_ARCH__)
   if constexpr (path_arch_ok<P>()) {
-  constexpr bool WG = P == kPathWg, WO = P == kPathWo;
-  constexpr int RS = slot_rows<P>();  // staged rows of the one token row
+  constexpr bool WG = P == kPathWg, WO = P == kPathWo, POS = WG && SMELT_MMA_WG_POS;
+  using Seg = MmaSegment<FP4, 2, WO ? false : bool(SMELT_W_TILED)>;
   extern __shared__ __align__(16) unsigned char mma_sm[];
   const int nb = D / 32, stride = mma_x_stride(D);
-  mma_check_smem(D, RS);
+  // Staged rows of the one token row; POS: the column-pair layout's, beside rings of the D stages the segment uses
+  // (4 of the 8 KB for the FP4 pair), so that the launch takes no more shared memory than the paired shared expert's
+  // (runtime/cuda/mma_split.h mma_wg_up_smem).
+  const int RS = POS ? mma_pos_rows(D) : slot_rows<P>();
+  constexpr int RB = POS ? Seg::D * Seg::SB : kMmaRingBytes;
+  mma_check_smem(D, RS, RB);
   u8* xq = mma_sm;
   float* xsc = reinterpret_cast<float*>(mma_sm + RS * stride);
   float* part = xsc + nb * 8;
@@ -107,7 +116,7 @@ __device__ void up_mma_body(const float* x, int D, int F, int topk, const i32* i
   mma_seg_range(nb, seg, S, b0, b1);
   // Each group: its tile's expert, then its first weight blocks in flight before anything else (for the first
   // group, before the act-quant staging, which every thread of the block runs once).
-  MmaSegment<FP4, 2, WO ? false : bool(SMELT_W_TILED)> ms;
+  Seg ms;
   const u8* xrow = lane_xrow<P>(xq, stride, 0, g);
   // Routed slots: the experts come from the routing kernel, so wait first, and only then let the down be scheduled
   // (it reads the experts before its own wait). The shared expert (idx null) has its first weight blocks in flight
@@ -124,21 +133,24 @@ __device__ void up_mma_body(const float* x, int D, int F, int topk, const i32* i
       const u8* sm[2] = {eptr(w, e, 1), eptr(w, e, 5)};
       // a warp of a wgmma tile past F: every row reads 0, pointers at the tile's first row
       const bool past = WG && f0 >= F;
-      ms.init(wm, sm, past ? ft : f0, past ? ft : F, D, blk, mma_warp_ring(mma_sm, D, RS),
-              mma_warp_scales(mma_sm, D, RS));
+      ms.init(wm, sm, past ? ft : f0, past ? ft : F, D, blk, mma_warp_ring(mma_sm, D, RS, RB),
+              mma_warp_scales(mma_sm, D, RS, RB));
       ms.prefetch(b0, b1);
     }
     if (grp == bid) {
       if (!idx) grid_dep_wait();
-      stage_rows<FP4, P>(x, 1, D, xq, stride, xsc);
+      stage_rows<FP4, P, POS>(x, 1, D, xq, stride, xsc);
     }
     float acc[2][2] = {{0.f, 0.f}, {0.f, 0.f}};  // [g, u][rows g, g + 8]
     if (e >= 0) {
 #if SMELT_WGMMA
-      if constexpr (WG) ms.run_wg(b0, b1, smem_addr(xq), xsc, acc);
+      if constexpr (POS) ms.template run_wg_pos<SMELT_MMA_WG_POS>(b0, b1, smem_addr(xq), mma_pos_plane(D), xsc, acc);
+      else if constexpr (WG) ms.run_wg(b0, b1, smem_addr(xq), xsc, acc);
       else
 #endif
-      if constexpr (WO) ms.template run<1, false, true>(b0, b1, xrow, xsc, acc);
+      if constexpr (WO && FP4 && SMELT_MMA_HL_CHAIN) ms.template run_chain<SMELT_MMA_HL_CHAIN, true>(b0, b1, xq, stride, xsc, acc);
+      else if constexpr (P == kPathAq && FP4 && SMELT_MMA_AQ_CHAIN) ms.template run_chain<SMELT_MMA_AQ_CHAIN, false>(b0, b1, xq, stride, xsc, acc);
+      else if constexpr (WO) ms.template run<1, false, true>(b0, b1, xrow, xsc, acc);
       else ms.template run_checked<1>(b0, b1, xrow, xsc, acc);
     }
     if (S > 1) mma_combine<4>(part, &acc[0][0], S, WR);
@@ -167,7 +179,7 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
                               const ExpertW& w, int blk, int rb, int round, float* out, int S, int bid, int nblk) {
 #if defined(__CUDA_ARCH__)
   if constexpr (path_arch_ok<P>()) {
-  constexpr bool WG = P == kPathWg, WO = P == kPathWo;
+  constexpr bool WG = P == kPathWg, WO = P == kPathWo, POS = WG && SMELT_MMA_WG_POS_DOWN;
   extern __shared__ __align__(16) unsigned char mma_sm[];
   const int nb = F / 32, stride = mma_x_stride(F);
   constexpr int WR = WG ? 4 : 1;
@@ -179,14 +191,24 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
   const int tps = (D + TR - 1) / TR, tiles = topk * tps, groups = (tiles + tpg - 1) / tpg;
   // Staged slots: every slot (act quant), or (weight-only) the most a group's tpg tiles span, restaged per group
   // (runtime/cuda/mma_split.h mma_wo_down_span: the launcher sizes the shared memory with the same count).
-  const int span = WO ? min(topk, (tpg + tps - 2) / tps + 1) : topk, RS = slot_rows<P>() * span;
-  mma_check_smem(F, RS);
+  const int gspan = min(topk, (tpg + tps - 2) / tps + 1);
+  const int span = WO ? gspan : topk, RS = slot_rows<P>() * span;
+  // POS (wgmma): a block that runs one group stages only its slots, each in the column-pair layout (kStageE4m3Pos,
+  // MmaSegment::run_wg_pos: four blocks a wgmma chain) of mma_pos_rows(F) rows, where they fit in the rows the launch
+  // sized for every slot (V4.1: 240 one-slot groups of 264 blocks, 4 rows of the 6); else run_wg's one-row layout.
+  const int prow = POS ? mma_pos_rows(F) : 1, pstride = prow * stride;
+  const bool pos = POS && nblk >= groups && gspan * prow <= RS;
+  using Seg = MmaSegment<FP4, TPW, WO ? false : bool(SMELT_W_TILED)>;
+  // wgmma: rings of the D stages the segment uses (4 of the 8 KB for the FP4 pair; runtime/cuda/mma_split.h
+  // mma_wg_ring_bytes), which leaves the L1 more of the multiprocessor's 256 KB
+  constexpr int RB = WG ? Seg::D * Seg::SB : kMmaRingBytes;
+  mma_check_smem(F, RS, RB);
   u8* xq = mma_sm;
   float* xsc = reinterpret_cast<float*>(mma_sm + RS * stride);
   float* part = xsc + nb * 8;
   int b0, b1;
   mma_seg_range(nb, seg, S, b0, b1);
-  MmaSegment<FP4, TPW, WO ? false : bool(SMELT_W_TILED)> ms;  // as in up_mma_body: the first weight blocks first
+  Seg ms;  // as in up_mma_body: the first weight blocks first
   int staged_lo = -1, staged_hi = -1;  // weight-only: the slots staged
   // The routed slots' counters (slot_count_group): each slot's h is whole once the up counted its tiles of 16 x WR
   // rows there.
@@ -205,8 +227,8 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
 #pragma unroll
       for (int m = 0; m < TPW; ++m) wm[m] = eptr(w, e, 2), sm[m] = eptr(w, e, 3);
       const bool past = WG && d0 >= D;  // as in up_mma_body
-      ms.init(wm, sm, past ? dt : d0, past ? dt : D, F, blk, mma_warp_ring(mma_sm, F, RS),
-              mma_warp_scales(mma_sm, F, RS), 16 * WR);
+      ms.init(wm, sm, past ? dt : d0, past ? dt : D, F, blk, mma_warp_ring(mma_sm, F, RS, RB),
+              mma_warp_scales(mma_sm, F, RS, RB), 16 * WR);
       ms.prefetch(b0, b1);
     }
     // Act quant: slot t's row at xq + t * stride, scales xsc[b * 8 + t]; a block that runs one group only stages
@@ -219,8 +241,12 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
       const int t_lo = own ? g_lo : 0, t_hi = own ? g_hi : topk - 1;
       if (cnt) slot_wait(cnt, t_lo, t_hi, need);
       else grid_dep_wait();
-      const int r0 = WO ? 0 : t_lo;  // staged row of t_lo
-      stage_rows<FP4, P>(h + i64(t_lo) * F, t_hi - t_lo + 1, F, xq + slot_rows<P>() * r0 * stride, stride, xsc + r0);
+      if (pos) {  // the group's slots from row 0 (own: this block's only group)
+        stage_rows<FP4, P, true>(h + i64(t_lo) * F, t_hi - t_lo + 1, F, xq, pstride, xsc);
+      } else {
+        const int r0 = WO ? 0 : t_lo;  // staged row of t_lo
+        stage_rows<FP4, P>(h + i64(t_lo) * F, t_hi - t_lo + 1, F, xq + slot_rows<P>() * r0 * stride, stride, xsc + r0);
+      }
       staged_lo = t_lo, staged_hi = t_hi;
     } else if (WO && (g_lo != staged_lo || g_hi != staged_hi)) {  // a later group may also end in the next slot
       __syncthreads();  // every warp is done with the staged slots
@@ -232,10 +258,19 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
     float acc[TPW][2] = {};
     if (e >= 0) {
 #if SMELT_WGMMA
-      if constexpr (WG) ms.run_wg(b0, b1, smem_addr(xq + t * stride), xsc + t, acc);
+      if constexpr (POS) {
+        if (pos)
+          ms.template run_wg_pos<SMELT_MMA_WG_POS_DOWN>(b0, b1, smem_addr(xq + (t - staged_lo) * pstride), mma_pos_plane(F),
+                                                        xsc + (t - staged_lo), acc);
+        else ms.run_wg(b0, b1, smem_addr(xq + t * stride), xsc + t, acc);
+      } else if constexpr (WG) ms.run_wg(b0, b1, smem_addr(xq + t * stride), xsc + t, acc);
       else
 #endif
-      if constexpr (WO) ms.template run<1, false, true>(b0, b1, lane_xrow<P>(xq, stride, lt, g), xsc + lt, acc);
+      if constexpr (WO && FP4 && SMELT_MMA_HL_CHAIN)
+        ms.template run_chain<SMELT_MMA_HL_CHAIN, true>(b0, b1, xq + i64(2 * lt) * stride, stride, xsc + lt, acc);
+      else if constexpr (P == kPathAq && FP4 && SMELT_MMA_AQ_CHAIN)
+        ms.template run_chain<SMELT_MMA_AQ_CHAIN, false>(b0, b1, xq + i64(lt) * stride, stride, xsc + lt, acc);
+      else if constexpr (WO) ms.template run<1, false, true>(b0, b1, lane_xrow<P>(xq, stride, lt, g), xsc + lt, acc);
       else ms.template run_checked<1>(b0, b1, lane_xrow<P>(xq, stride, lt, g), xsc + lt, acc);
     }
     if (S > 1) mma_combine<2 * TPW>(part, &acc[0][0], S, WR);

@@ -2,16 +2,32 @@
 // memory they take: one copy for the launcher (runtime/cuda/ops_mma.cc) and the GPU tests / bench that launch the
 // same shapes.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 
 namespace smelt::runtime::cuda {
 
 // gemv_mma.cuh mma_smem_bytes: rows_staged rows of K staged f16 values (2 K + 64 bytes each), the scales [K/32][8],
 // the K-split partials, then the 8 warps' weight rings (ring_bytes: SMELT_MMA_RING_BYTES, 8192 unless a plan-time
-// define says otherwise) and FP8 scale bytes.
+// define says otherwise) and scale bytes (FP8 scales, the FP4 scale ring: at least 256 a warp).
 inline unsigned mma_smem_bytes(int K, int rows_staged, int ring_bytes = 8192) {
-  return unsigned(rows_staged * (2 * K + 64) + (K / 32) * 8 * 4 + 8 * 4 * 32 * 4 +
-                  8 * (ring_bytes + (2 * (K / 32) + 15) / 16 * 16));
+  const int scale_stride = std::max((2 * (K / 32) + 15) / 16 * 16, 256);  // gemv_mma.cuh mma_scale_stride
+  return unsigned(rows_staged * (2 * K + 64) + (K / 32) * 8 * 4 + 8 * 4 * 32 * 4 + 8 * (ring_bytes + scale_stride));
+}
+
+// Ring bytes a warp of the FP4 wgmma kernels uses: D stages of tpw x 256 bytes (gemv_mma.cuh MmaSegment: at most
+// pair_stages for two matrices, 16 otherwise).
+inline int mma_wg_ring_bytes(int tpw = 2, int ring_bytes = 8192, int pair_stages = 8) {
+  return std::min(ring_bytes, tpw * 256 * (tpw == 2 ? pair_stages : 16));
+}
+
+// Shared memory of the FP4 wgmma up (kernels/moe/moe_mma.cu *_fp4_wgmma*, up_mma_body's POS): its one row in the
+// column-pair layout (gemv_mma.cuh kStageE4m3Pos: two planes of 384 bytes per 4 blocks and one group more, in rows of
+// 2 K + 64 bytes) beside rings of the stages the FP4 pair uses (min(ring, 512 x pair stages) a warp).
+inline unsigned mma_wg_up_smem(int K, int ring_bytes = 8192, int pair_stages = 8) {
+  const int bytes = 2 * 384 * ((K / 32 + 2) / 4 + 1), rows = (bytes + 2 * K + 63) / (2 * K + 64);
+  // at least the one-row layout's, which the kernel takes when built with SMELT_MMA_WG_POS=0
+  return std::max(mma_smem_bytes(K, rows, mma_wg_ring_bytes(2, ring_bytes, pair_stages)), mma_smem_bytes(K, 1, ring_bytes));
 }
 
 // The slots a group of tpg tiles (8 / K split) of the weight-only ring down can span, tps tiles a slot (moe_mma.cu

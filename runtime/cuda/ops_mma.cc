@@ -175,13 +175,22 @@ ExpertW uncounted_ew(const ExpertsLaunch& a) {
   return ew;
 }
 
+// The FP4 wgmma down's shared memory: rings of the stages it uses (mma_wg_ring_bytes; SMELT_CUDA_WG_FULL_RING=1: the
+// 8 KB a warp the kernels took before session 30, the A/B of the L1 this leaves).
+unsigned wg_down_smem(const ExpertsLaunch& a) {
+  static const bool full = env_is("SMELT_CUDA_WG_FULL_RING", "1");
+  return full ? mma_smem_bytes(a.F, a.topk) : mma_smem_bytes(a.F, a.topk, mma_wg_ring_bytes(kMmaDownTpw));
+}
+
 bool try_experts_mma(Ctx& c, const ExpertsLaunch& a) {
   if (!a.f.quant || a.topk < 1 || a.topk > 8 || a.D % 32 || a.F % 32) return false;
-  const unsigned smem_up = mma_smem_bytes(a.D, 1), smem_down = mma_smem_bytes(a.F, a.topk);
+  const bool wg = wgmma_experts(c.l, a.f);
+  const unsigned smem_up = wg ? mma_wg_up_smem(a.D) : mma_smem_bytes(a.D, 1);
+  const unsigned smem_down = wg ? wg_down_smem(a) : mma_smem_bytes(a.F, a.topk);
   if (smem_up > mma_smem_max(c.l) || smem_down > mma_smem_max(c.l)) return false;
   const unsigned blocks = blocks_or(gemv_blocks(c.l));
   const int rb = 1;  // the model's numerics (the caller's branch)
-  if (wgmma_experts(c.l, a.f)) {
+  if (wg) {
     const WgSplit w = wg_split(a, blocks);
     const ExpertW ew = uncounted_ew(a);
     c.go("smelt_moe_up_fp4_wgmma", w.grid_up, 1, 1, kMmaWarps * 32, smem_up, a.x, a.D, a.F, a.topk, a.idx,
@@ -204,8 +213,8 @@ bool try_experts_mma_with_shared(Ctx& c, const ExpertsLaunch& a, const ExpertsLa
   if (!wgmma_experts(c.l, a.f) || !s.f.quant || std::string(s.f.fmt) != "fp8" || a.topk < 1 || a.topk > 8 ||
       s.topk != 1 || s.D != a.D || a.D % 32 || a.F % 32 || s.F % 32)
     return false;
-  const unsigned smem_up = mma_smem_bytes(a.D, 1);
-  const unsigned smem_down = std::max(mma_smem_bytes(a.F, a.topk), mma_smem_bytes(s.F, 1));
+  const unsigned smem_up = mma_wg_up_smem(a.D);  // also the shared part's mma_smem_bytes(D, 1)
+  const unsigned smem_down = std::max(wg_down_smem(a), mma_smem_bytes(s.F, 1));
   if (smem_up > mma_smem_max(c.l) || smem_down > mma_smem_max(c.l)) return false;
   const unsigned blocks = blocks_or(gemv_blocks(c.l));
   const int rb = 1;
@@ -222,7 +231,7 @@ bool try_experts_mma_with_shared(Ctx& c, const ExpertsLaunch& a, const ExpertsLa
        s.h, sp.s_up);
   static const bool up_only = !env_is("SMELT_CUDA_FUSE_SHARED", "1");  // the downs as two launches (=1: one)
   if (up_only) {
-    c.go("smelt_moe_down_fp4_wgmma", r_down, 1, 1, kMmaWarps * 32, mma_smem_bytes(a.F, a.topk), a.h, a.D, a.F, a.topk,
+    c.go("smelt_moe_down_fp4_wgmma", r_down, 1, 1, kMmaWarps * 32, wg_down_smem(a), a.h, a.D, a.F, a.topk,
          a.idx, a.n_experts, ew, int(a.f.blk), rb, 0, a.out, s_down);
     c.go("smelt_moe_down_fp8_mma", g_down, 1, 1, kMmaWarps * 32, mma_smem_bytes(s.F, 1), s.h, s.D, s.F, 1, DevPtr(0), 1,
          s.ew, int(s.f.blk), rb, int(s.round), s.out, sp.s_down);

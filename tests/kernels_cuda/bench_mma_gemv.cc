@@ -45,6 +45,13 @@ struct Variant {
   int fp4_pair_stages = 8;  // SMELT_MMA_FP4_PAIR_STAGES: ring stages of the experts' FP4 gate + up segment
   int wg = 0;        // routed FP4 experts by the wgmma kernels (sm_90: 64-row tiles of a warpgroup)
   int probe = 0;     // SMELT_MMA_PROBE (gemv_mma.cuh): the FP4 wgmma ring with parts of its work taken out, timing only
+  int smem_scales = 1;  // SMELT_MMA_FP4_SMEM_SCALES: FP4 scale words by cp.async through shared memory (0: registers)
+  int pos = 1;          // SMELT_MMA_WG_POS: the wgmma up's blocks in column pairs, four a chain (0: one block a wait)
+  int full_ring = 0;    // the wgmma down's launch with 8 KB a warp of rings (before session 30; else what it uses)
+  int pos_down = 1;     // SMELT_MMA_WG_POS_DOWN: the same chains for the wgmma down (0: one block a wait)
+  int wo = 0;           // routed FP4 experts by the weight-only ring kernels (the sm_80 path's smelt_moe_*_fp4_wo_ring)
+  int hl_chain = 2;     // SMELT_MMA_HL_CHAIN: their blocks four a chain in 1 or 2 accumulators (0: one block a fold)
+  int aq_chain = 2;     // SMELT_MMA_AQ_CHAIN: the same for the act-quant FP4 experts on mma.sync ("base": sm_89 / sm_120's)
 };
 // "base" is what the runtime compiles (the knobs' defaults). Every FP4 stage of two matrices is 512 bytes and an FP8
 // one of two matrices 1 KB; a ring must hold at least one group of stages (group <= ring / stage). The codes are
@@ -67,6 +74,22 @@ const Variant kVariants[] = {
     {"wgp3", 8192, 2, 4, 1, 1, 2, 128, 8, 1, 3},  // + conversions and fold, no wgmmas
     {"wgp4", 8192, 2, 4, 1, 1, 2, 128, 8, 1, 4},  // as wgp2, each wgmma's result read by one add
     {"wgp5", 8192, 2, 4, 1, 1, 2, 128, 8, 1, 5},  // the whole kernel, every weight scale 1 (no scale loads, decode)
+    // The FP4 scale words in the register ring (the kernels before session 30) against the shared-memory ring
+    {"wgreg", 8192, 2, 4, 1, 1, 2, 128, 8, 1, 0, 0},
+    {"basereg", 8192, 2, 4, 1, 1, 2, 128, 8, 0, 0, 0},
+    // The wgmma up one block a wait (before session 30) against four blocks a chain in column pairs
+    {"wgnopos", 8192, 2, 4, 1, 1, 2, 128, 8, 1, 0, 1, 0, 0, 0},
+    {"wgfull", 8192, 2, 4, 1, 1, 2, 128, 8, 1, 0, 1, 1, 1},  // + the down's launch with the full rings
+    {"wgposup", 8192, 2, 4, 1, 1, 2, 128, 8, 1, 0, 1, 1, 0, 0},  // the chains in the up only (session 30's code)
+    {"wga2", 8192, 2, 4, 1, 1, 2, 128, 8, 1, 0, 1, 2, 0, 2},     // the chains in two accumulators, up and down
+    // The sm_80 path's FP4 experts (weight-only ring, what `--numerics fp32` plans launch): chains of four blocks in
+    // two accumulators (the default), one, none (the kernels before session 31)
+    {"wo", 8192, 2, 4, 1, 1, 2, 128, 8, 0, 0, 1, 1, 0, 1, 1, 2},
+    {"wohl1", 8192, 2, 4, 1, 1, 2, 128, 8, 0, 0, 1, 1, 0, 1, 1, 1},
+    {"wohl0", 8192, 2, 4, 1, 1, 2, 128, 8, 0, 0, 1, 1, 0, 1, 1, 0},
+    // The act-quant FP4 experts on mma.sync (what sm_89 / sm_120 launch; "base"): chains in one accumulator, none
+    {"aq1", 8192, 2, 4, 1, 1, 2, 128, 8, 0, 0, 1, 1, 0, 1, 0, 2, 1},
+    {"aq0", 8192, 2, 4, 1, 1, 2, 128, 8, 0, 0, 1, 1, 0, 1, 0, 2, 0},
 };
 
 std::vector<std::string> defines(const Variant& v) {
@@ -75,7 +98,10 @@ std::vector<std::string> defines(const Variant& v) {
           "-DSMELT_MMA_TPW=" + std::to_string(v.tpw), "-DSMELT_MMA_DOWN_TPW=" + std::to_string(v.down_tpw),
           "-DSMELT_MMA_L2PF=" + std::to_string(v.l2pf),
           "-DSMELT_MMA_FP4_PAIR_STAGES=" + std::to_string(v.fp4_pair_stages),
-          "-DSMELT_MMA_PROBE=" + std::to_string(v.probe)};
+          "-DSMELT_MMA_PROBE=" + std::to_string(v.probe),
+          "-DSMELT_MMA_FP4_SMEM_SCALES=" + std::to_string(v.smem_scales), "-DSMELT_MMA_WG_POS=" + std::to_string(v.pos),
+          "-DSMELT_MMA_WG_POS_DOWN=" + std::to_string(v.pos_down), "-DSMELT_MMA_HL_CHAIN=" + std::to_string(v.hl_chain),
+          "-DSMELT_MMA_AQ_CHAIN=" + std::to_string(v.aq_chain)};
 }
 
 // gemv_mma.cuh mma_smem_bytes with the variant's ring.
@@ -294,9 +320,16 @@ int run(const std::string& dir, int iters, const std::string& only, const std::s
         const double down = bytes / 2;  // w2 + s2 = half of w1 + s1 + w3 + s3
         if (fp4 && v->wg) {  // ops_mma.cc's wgmma launch: 64 x (1, down_tpw) rows a tile
           namespace rc = smelt::runtime::cuda;
-          ls.push_back({moe, "smelt_moe_up_fp4_wgmma", K, rc::mma_wg_tiles(topk, N, 1), mma_smem(K, 1, v->ring), bytes, 4});
+          ls.push_back({moe, "smelt_moe_up_fp4_wgmma", K, rc::mma_wg_tiles(topk, N, 1), rc::mma_wg_up_smem(K, v->ring, v->fp4_pair_stages), bytes, 4});
+          const int down_ring = v->full_ring ? v->ring : rc::mma_wg_ring_bytes(v->down_tpw, v->ring, v->fp4_pair_stages);
           ls.push_back({moe, "smelt_moe_down_fp4_wgmma", N, rc::mma_wg_tiles(topk, K, v->down_tpw),
-                        mma_smem(N, topk, v->ring), down, 4});
+                        mma_smem(N, topk, down_ring), down, 4});
+        } else if (fp4 && v->wo) {  // ops_mma.cc try_experts_wo_ring: hi / lo rows, the down's slots a group spans
+          namespace rc = smelt::runtime::cuda;
+          const int tps = (K + 16 * v->down_tpw - 1) / (16 * v->down_tpw);
+          ls.push_back({moe, "smelt_moe_up_fp4_wo_ring", K, int64_t(topk) * ((N + 15) / 16), mma_smem(K, 2, v->ring), bytes});
+          ls.push_back({moe, "smelt_moe_down_fp4_wo_ring", N, int64_t(topk) * tps,
+                        mma_smem(N, 2 * rc::mma_wo_down_span(topk, tps, 8), v->ring), down});  // the span at S 1 (the most)
         } else {
           ls.push_back({moe, "smelt_moe_up_" + f + "_mma", K, int64_t(topk) * ((N + 15) / 16), mma_smem(K, 1, v->ring), bytes});
           ls.push_back({moe, "smelt_moe_down_" + f + "_mma", N,
@@ -335,15 +368,16 @@ int run(const std::string& dir, int iters, const std::string& only, const std::s
                              N, blk, sa, round, S);
               } else {
                 const bool fp4 = sh.kind == kRoutedExperts;
-                const int topk = fp4 ? kTopk : 1, E = fp4 ? kExperts : 1, blk = 32, rb = 1, round = 1;
+                const bool wo = l.fn.find("_wo_ring") != std::string::npos;  // weight-only: no rw, rb, round
+                const int topk = fp4 ? kTopk : 1, E = fp4 ? kExperts : 1, blk = 32, rb = wo ? 0 : 1, round = wo ? 0 : 1;
                 const DevPtr ix = fp4 ? idx + DevPtr(c) * kTopk * 4 : 0;
                 ExpertW w = ew;
                 if (!fp4)
                   for (int j = 0; j < 6; ++j) w.base[j] += uint64_t(c) * uint64_t(w.stride[j]);
                 const float limit = 10.f;
                 if (l.fn.find("_up_") != std::string::npos)
-                  gpu().launch(l.fam, l.fn.c_str(), grid, 1, 1, 256, l.smem, x, K, N, topk, ix, E, rw, w, blk, limit,
-                               rb, h, S);
+                  gpu().launch(l.fam, l.fn.c_str(), grid, 1, 1, 256, l.smem, x, K, N, topk, ix, E, wo ? DevPtr(0) : rw, w,
+                               blk, limit, rb, h, S);
                 else
                   gpu().launch(l.fam, l.fn.c_str(), grid, 1, 1, 256, l.smem, h, K, N, topk, ix, E, w, blk, rb, round,
                                y, S);

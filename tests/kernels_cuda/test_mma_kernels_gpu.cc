@@ -339,7 +339,8 @@ void run_moe(bool fp4, int E, int D, int F, const std::vector<int32_t>& idx, boo
   namespace rc = smelt::runtime::cuda;
   const int64_t tiles_up = wg ? rc::mma_wg_tiles(topk, F, 1) : int64_t(topk) * ((F + 15) / 16);
   const int s_up = wg ? rc::mma_wg_ksplit(tiles_up, D / 32, 264) : ksplit(tiles_up, D / 32, 264);
-  gpu().launch("moe", ("smelt_moe_up_" + f + kind).c_str(), grid, 1, 1, 256, mma_smem(D, 1), dx, D, F, topk, didx, E,
+  gpu().launch("moe", ("smelt_moe_up_" + f + kind).c_str(), grid, 1, 1, 256,
+               wg ? smelt::runtime::cuda::mma_wg_up_smem(D) : mma_smem(D, 1), dx, D, F, topk, didx, E,
                rw, ew, 128, limit, rb, h1, s_up);
   auto he = gpu().get<float>(h0, size_t(topk) * F), hm = gpu().get<float>(h1, size_t(topk) * F);
   // Bound of h = silu(g) u (plain): |dh| <= 1.1 |dg| |u| + |g| |du| with |dg| <= kTol A_g (|silu'| < 1.1).
@@ -371,7 +372,9 @@ void run_moe(bool fp4, int E, int D, int F, const std::vector<int32_t>& idx, boo
   // gemv_mma.cuh SMELT_MMA_DOWN_TPW = 2 rows of tiles
   const int64_t tiles_down = wg ? rc::mma_wg_tiles(topk, D, 2) : int64_t(topk) * ((D + 31) / 32);
   const int s_down = wg ? rc::mma_wg_ksplit(tiles_down, F / 32, 264) : ksplit(tiles_down, F / 32, 264);
-  gpu().launch("moe", ("smelt_moe_down_" + f + kind).c_str(), grid, 1, 1, 256, mma_smem(F, topk), h0, D, F, topk, didx,
+  // wg: the launcher's size (rings of the stages the kernel uses), which the kernel checks
+  const unsigned smem_down = wg ? rc::mma_smem_bytes(F, topk, rc::mma_wg_ring_bytes(2)) : mma_smem(F, topk);
+  gpu().launch("moe", ("smelt_moe_down_" + f + kind).c_str(), grid, 1, 1, 256, smem_down, h0, D, F, topk, didx,
                E, ew, 128, rb, 0, o1, s_down);
   std::vector<double> Ad(size_t(topk) * D, 0.0);
   for (int t = 0; t < topk; ++t) {
@@ -452,11 +455,11 @@ void run_moe_with_shared(int D, int F, int F2, const std::vector<int32_t>& idx, 
   const size_t nh = size_t(topk) * F, no = size_t(topk) * D;
   DevPtr h0 = gpu().alloc(nh * 4), h1 = gpu().alloc(nh * 4), g0 = gpu().alloc(size_t(F2) * 4),
          g1 = gpu().alloc(size_t(F2) * 4);
-  gpu().launch("moe", "smelt_moe_up_fp4_wgmma", r_up, 1, 1, 256, mma_smem(D, 1), dx, D, F, topk, didx, E, rw,
+  gpu().launch("moe", "smelt_moe_up_fp4_wgmma", r_up, 1, 1, 256, rc::mma_wg_up_smem(D), dx, D, F, topk, didx, E, rw,
                routed.ew, 128, limit, 1, h0, s_up);
   gpu().launch("moe", "smelt_moe_up_fp8_mma", g_up, 1, 1, 256, mma_smem(D, 1), dx, D, F2, 1, DevPtr(0), 1, DevPtr(0),
                shared.ew, 128, limit2, 1, g0, s2_up);
-  gpu().launch("moe", "smelt_moe_up_fp4_wgmma_with_fp8", r_up + g_up, 1, 1, 256, mma_smem(D, 1), dx, D, F, topk, didx,
+  gpu().launch("moe", "smelt_moe_up_fp4_wgmma_with_fp8", r_up + g_up, 1, 1, 256, rc::mma_wg_up_smem(D), dx, D, F, topk, didx,
                E, rw, routed.ew, 128, limit, 1, h1, s_up, int(r_up), F2, shared.ew, 128, limit2, g1, s2_up);
   expect_bits_equal(gpu().get<float>(h1, nh), gpu().get<float>(h0, nh), what + " routed up");
   expect_bits_equal(gpu().get<float>(g1, size_t(F2)), gpu().get<float>(g0, size_t(F2)), what + " shared up");
@@ -478,7 +481,7 @@ void run_moe_with_shared(int D, int F, int F2, const std::vector<int32_t>& idx, 
   ExpertW cw = routed.ew;
   cw.slot_done = gpu().put(std::vector<uint32_t>(size_t(topk) + 1, 0u));
   auto counted = [&](DevPtr h2, DevPtr g2, DevPtr o2) {
-    gpu().launch("moe", "smelt_moe_up_fp4_wgmma_with_fp8", r_up + g_up, 1, 1, 256, mma_smem(D, 1), dx, D, F, topk,
+    gpu().launch("moe", "smelt_moe_up_fp4_wgmma_with_fp8", r_up + g_up, 1, 1, 256, rc::mma_wg_up_smem(D), dx, D, F, topk,
                  didx, E, rw, cw, 128, limit, 1, h2, s_up, int(r_up), F2, shared.ew, 128, limit2, g2, s2_up);
     gpu().launch("moe", "smelt_moe_down_fp4_wgmma", r_down, 1, 1, 256, mma_smem(F, topk), h2, D, F, topk, didx, E, cw,
                  128, 1, 0, o2, s_down);

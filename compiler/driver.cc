@@ -119,8 +119,8 @@ std::string partition_passes(const CompileOptions& o) {
 const std::vector<KernelKnob>& kernel_knobs() {
   static const std::vector<KernelKnob> k = {
       {"SMELT_MMA_WG_POS", "FP4 wgmma up: four blocks a wgmma chain in column pairs, in 1 or 2 accumulators, or one "
-                           "block a wait (0)"},
-      {"SMELT_MMA_WG_POS_DOWN", "FP4 wgmma down: the same where a block runs one group (1, 2), or never (0)"},
+                           "block a wait (0, the default)"},
+      {"SMELT_MMA_WG_POS_DOWN", "FP4 wgmma down: the same where a block runs one group (1, 2), or never (0, the default)"},
       {"SMELT_MMA_HL_CHAIN", "weight-only FP4 ring (the sm_80 path's experts): four blocks a chain in 2 or 1 "
                              "accumulators, or one block a fold (0)"},
       {"SMELT_MMA_AQ_CHAIN", "act-quant FP4 experts on mma.sync (sm_89 / sm_120): the same chains (2, 1) or none (0)"},

@@ -50,11 +50,12 @@ if [ "${SKIP_CTEST:-}" != 1 ]; then  # SKIP_CTEST=1: only the kernel define vari
 fi
 
 # The tensor-core GEMVs with their other plan-time knobs (two 16-row tiles a warp in the linears, one in the experts'
-# down, 4 KB rings, 16 stages for the FP4 gate + up, a bound check per block and plain weight loads): the same tests,
+# down, 4 KB rings, 16 stages for the FP4 gate + up, a bound check per block and plain weight loads, the FP4 wgmma
+# chains in one and two accumulators, the mma.sync chains in one): the same tests,
 # kernels compiled with those defines (the runtime launches the defaults, which ctest covered above).
 # (The tests size shared memory for 8 KB rings, enough for 4 KB ones.)
 # MMA_VARIANTS="OPTS;OPTS": these instead (a rerun of the ones a cut-off run did not reach).
-IFS=';' read -r -a variants <<< "${MMA_VARIANTS:--DSMELT_MMA_TPW=2 -DSMELT_MMA_DOWN_TPW=1;-DSMELT_MMA_RING_BYTES=4096;-DSMELT_MMA_FP4_PAIR_STAGES=16;-DSMELT_MMA_FULL_GROUPS=0 -DSMELT_W_EVICT_FIRST=0}"
+IFS=';' read -r -a variants <<< "${MMA_VARIANTS:--DSMELT_MMA_TPW=2 -DSMELT_MMA_DOWN_TPW=1;-DSMELT_MMA_RING_BYTES=4096;-DSMELT_MMA_FP4_PAIR_STAGES=16;-DSMELT_MMA_FULL_GROUPS=0 -DSMELT_W_EVICT_FIRST=0;-DSMELT_MMA_WG_POS=1 -DSMELT_MMA_WG_POS_DOWN=1;-DSMELT_MMA_WG_POS=2 -DSMELT_MMA_WG_POS_DOWN=2;-DSMELT_MMA_HL_CHAIN=1 -DSMELT_MMA_AQ_CHAIN=1}"
 for opts in "${variants[@]}"; do
   echo "== MMA kernel tests with $opts"
   SMELT_TEST_NVRTC_OPTIONS="$opts" "$BUILD/bin/test_kernels_gpu" --gtest_filter='CudaMmaKernels.*' --gtest_brief=1 || status=1

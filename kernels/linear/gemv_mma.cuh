@@ -44,12 +44,14 @@ constexpr int kMmaWarps = 8;  // block of 256 threads
 // wgmma's result read by one add; 5: everything but the weight scales' loads and decode)
 #endif
 #ifndef SMELT_MMA_WG_POS
-#define SMELT_MMA_WG_POS 1  // the FP4 wgmma up's blocks in column pairs, four a chain in 1 or 2 accumulators (run_wg_pos)
+// the FP4 wgmma up's blocks in column pairs, four a chain in 1 or 2 accumulators (run_wg_pos); 0: one block a fold
+// (run_wg). Off by default: 1.1 us faster alone, but the step 7-9 us slower on an H100 (docs/performance.md "Session 33")
+#define SMELT_MMA_WG_POS 0
 #endif
 #ifndef SMELT_MMA_WG_POS_DOWN
 // the same for the FP4 wgmma down, where a block stages only its one group's slots and they fit the one-row layout's
-// rows (kernels/moe/moe_mma.cu down_mma_body); 1 or 2 accumulators
-#define SMELT_MMA_WG_POS_DOWN 1
+// rows (kernels/moe/moe_mma.cu down_mma_body); 1 or 2 accumulators; off by default as the up's
+#define SMELT_MMA_WG_POS_DOWN 0
 #endif
 #ifndef SMELT_MMA_HL_CHAIN
 // the weight-only FP4 ring's blocks (the sm_80 path's experts) four a chain on mma.sync, in 1 or 2 accumulators

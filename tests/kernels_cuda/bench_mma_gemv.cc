@@ -65,7 +65,7 @@ const Variant kVariants[] = {
     {"down1", 8192, 2, 4, 1, 1, 1},           // one 16-row tile a warp in the experts' down (the default until session 8)
     {"p16", 8192, 2, 4, 1, 1, 2, 128, 16},    // 16 ring stages for the FP4 gate + up (slower: 45.6 vs 43.7 us)
     {"mb3r4k", 4096, 3, 4},                   // three blocks a multiprocessor (80 registers, a few spilled)
-    {"wg", 8192, 2, 4, 1, 1, 2, 128, 8, 1},     // the FP4 experts on wgmma (what the runtime launches on sm_90)
+    {"wg", 8192, 2, 4, 1, 1, 2, 128, 8, 1},     // the FP4 experts on wgmma, four blocks a chain (SMELT_MMA_WG_POS=1)
     {"wgp16", 8192, 2, 4, 1, 1, 2, 128, 16, 1}, // + 16 ring stages for the gate + up (up 35.0 -> 38.1 us)
     {"wgg8", 8192, 2, 8, 1, 1, 2, 128, 16, 1},  // + one wait per 8 stages of 16 (up 40.1 us)
     // What bounds the wgmma FP4 experts (session 29): the same ring with parts of the work taken out (wrong sums)
@@ -77,7 +77,8 @@ const Variant kVariants[] = {
     // The FP4 scale words in the register ring (the kernels before session 30) against the shared-memory ring
     {"wgreg", 8192, 2, 4, 1, 1, 2, 128, 8, 1, 0, 0},
     {"basereg", 8192, 2, 4, 1, 1, 2, 128, 8, 0, 0, 0},
-    // The wgmma up one block a wait (before session 30) against four blocks a chain in column pairs
+    // The wgmma up one block a wait (what the runtime launches on sm_90: the chains lost in the step, session 33)
+    // against four blocks a chain in column pairs
     {"wgnopos", 8192, 2, 4, 1, 1, 2, 128, 8, 1, 0, 1, 0, 0, 0},
     {"wgfull", 8192, 2, 4, 1, 1, 2, 128, 8, 1, 0, 1, 1, 1},  // + the down's launch with the full rings
     {"wgposup", 8192, 2, 4, 1, 1, 2, 128, 8, 1, 0, 1, 1, 0, 0},  // the chains in the up only (session 30's code)

@@ -10,6 +10,7 @@
 # usage: scripts/gpu_plans.sh [OUT=gpu_carry]   (BUILD=build dir with smelt-compile, default build-cuda;
 #        PARTITIONED=0 leaves out the TP2 / PP2 plans, which only ctest -L gpu2 runs, on 2 GPUs;
 #        BENCH_ONLY=1 builds only the bench plans, for a bench or profiling call: minutes instead of ~20;
+#        H100=1 also the bench slice with 1 GB Engram tables (fits 80 GB: step A/Bs on an H100);
 #        BENCH_VARIANTS="NAME:K=V,K=V ..." / BENCH_VARIANTS_FP32="..." also compile bench_v41flash_slice4_NAME /
 #        bench_v41flash_slice4_fp32_NAME with those kernel knobs (smelt-compile --kernel-define), for step A/Bs of
 #        kernel variants from one tree, e.g. BENCH_VARIANTS="nopf:SMELT_MMA_L2PF=0 plain:SMELT_W_EVICT_FIRST=0")
@@ -177,6 +178,20 @@ variants() {  # variants PLAN "NAME:K=V,K=V ..." [extra smelt-compile args]: PLA
 variants bench_v41flash_slice4 "${BENCH_VARIANTS:-}"
 variants bench_v41flash_slice4_fp32 "${BENCH_VARIANTS_FP32:-}" --numerics fp32
 rm -rf "$SLICE"
+# H100=1: the same slice with 1 GB Engram tables (scripts/small_engram_config.py), 33 GB of weights, for step A/Bs on
+# an 80 GB GPU: the same layers, kernels and bytes a step (the same rows looked up, from a smaller table); the issue's
+# measurement stays bench_v41flash_slice4 on the H200. Plans bench_v41flash_slice4_h100[_fp32], and the variants.
+if [ "${H100:-0}" = 1 ]; then
+  SLICE=$(mktemp -d)
+  python3 scripts/small_engram_config.py tests/frontend/data/deepseek-v4.1-flash/config.json "$SLICE.json" > /dev/null
+  "$BUILD/bin/smelt-make-checkpoint" --config "$SLICE.json" --out "$SLICE" --layers 4 > /dev/null 2>&1
+  compile bench_v41flash_slice4_h100 "$SLICE" h200 --max-seq-len 8192 || echo "warning: bench_v41flash_slice4_h100 not compiled (skipped)"
+  compile bench_v41flash_slice4_h100_fp32 "$SLICE" h200 --max-seq-len 8192 --numerics fp32 ||
+    echo "warning: bench_v41flash_slice4_h100_fp32 not compiled (skipped)"
+  variants bench_v41flash_slice4_h100 "${BENCH_VARIANTS:-}"
+  variants bench_v41flash_slice4_h100_fp32 "${BENCH_VARIANTS_FP32:-}" --numerics fp32
+  rm -rf "$SLICE" "$SLICE.json"
+fi
 
 # The side-by-side bench with transformers (docs/performance.md, scripts/gpu_side_by_side.sh): a 3-layer
 # full-width V4-Flash slice (sliding, CSA, HCA; bf16) from scripts/make_v4_slice.py. Its config.json travels as

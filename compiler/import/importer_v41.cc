@@ -15,6 +15,7 @@
 #include <tuple>
 
 #include "compiler/import/builder.h"
+#include "kernels/engram/hash.h"
 
 namespace smelt::import_detail {
 
@@ -77,6 +78,9 @@ class ImporterV41 : Builder {
   std::pair<Value, Value> block(Value X, Value pre_in, int L);
   // DSpark: the checks, the ring seeding in @forward, and @dspark_draft.
   void check_dspark();
+  // The Engram tables' rows against the rows the hash addresses (the sums of its primes): a mismatch would make the
+  // lookups read other rows, or past a table.
+  void check_engram_rows();
   Value window_kv(Value x, const std::string& attn);
   void seed_dspark();
   void dspark_draft(int64_t vocab);
@@ -292,6 +296,29 @@ std::pair<Value, Value> ImporterV41::block(Value X, Value pre_in, int L) {
 
 // DSpark is built when the checkpoint has its stages (num_nextn_predict_layers > 0 and mtp.0.main_proj);
 // the config must then describe a drafter the graph can express.
+void ImporterV41::check_engram_rows() {
+  kernels::engram::EngramHashConfig h;
+  h.layer_ids = c_.engram_layer_ids;
+  h.vocab_size = c_.engram_vocab_size;
+  h.max_ngram = c_.engram_max_ngram_size;
+  h.n_heads = c_.engram_n_heads;
+  h.compressed_vocab_size = c_.engram_compressed_vocab_size;
+  const std::string cfg = m_.dir + "/config.json";
+  kernels::engram::EngramHashLayout L;
+  try {
+    L = kernels::engram::make_hash_layout(h);
+  } catch (const Error& e) {
+    throw Error(cfg + ": " + e.what());
+  }
+  for (size_t e = 0; e < c_.engram_layer_ids.size(); ++e)
+    if (c_.engram_num_embeddings[e] != L.rows[e])
+      throw Error(cfg + ": engram_num_embeddings[" + std::to_string(e) + "] is " +
+                  std::to_string(c_.engram_num_embeddings[e]) + " but the hash of Engram layer " +
+                  std::to_string(c_.engram_layer_ids[e]) + " addresses " + std::to_string(L.rows[e]) +
+                  " rows (the sum of its primes above engram_vocab_size " + std::to_string(c_.engram_vocab_size) +
+                  " - 1): the table and the hash disagree");
+}
+
 void ImporterV41::check_dspark() {
   const std::string cfg = m_.dir + "/config.json";
   const int stages = c_.num_nextn_predict_layers;
@@ -423,6 +450,7 @@ mlir::OwningOpRef<mlir::ModuleOp> ImporterV41::run() {
                   "), which the checkpoint does not carry: make it with `scripts/make_engram_token_map.py " + m_.dir +
                   "` (writes " + kEngramTokenMapFile + " there; needs `pip install tokenizers`) or pass "
                   "--engram-token-map FILE");
+    check_engram_rows();
     layer_ = 0;  // the history is owned by the first layer's state slot; the op itself runs before the layers
     state("engram.history", "engram_history", c_.engram_max_ngram_size, 1);
     layer_ = -1;

@@ -292,10 +292,6 @@ std::pair<Value, Value> ImporterV41::block(Value X, Value pre_in, int L) {
   return {X, pre_f};
 }
 
-// ---- DSpark ----------------------------------------------------------------------------------------------
-
-// DSpark is built when the checkpoint has its stages (num_nextn_predict_layers > 0 and mtp.0.main_proj);
-// the config must then describe a drafter the graph can express.
 void ImporterV41::check_engram_rows() {
   kernels::engram::EngramHashConfig h;
   h.layer_ids = c_.engram_layer_ids;
@@ -319,6 +315,10 @@ void ImporterV41::check_engram_rows() {
                   " - 1): the table and the hash disagree");
 }
 
+// ---- DSpark ----------------------------------------------------------------------------------------------
+
+// DSpark is built when the checkpoint has its stages (num_nextn_predict_layers > 0 and mtp.0.main_proj);
+// the config must then describe a drafter the graph can express.
 void ImporterV41::check_dspark() {
   const std::string cfg = m_.dir + "/config.json";
   const int stages = c_.num_nextn_predict_layers;

@@ -45,7 +45,7 @@ constexpr int kMmaWarps = 8;  // block of 256 threads
 #endif
 #ifndef SMELT_MMA_WG_POS
 // the FP4 wgmma up's blocks in column pairs, four a chain in 1 or 2 accumulators (run_wg_pos); 0: one block a fold
-// (run_wg). Off by default: 1.1 us faster alone, but the step 7-9 us slower on an H100 (docs/performance.md "Session 33")
+// (run_wg). Off by default: 1.1 us faster alone, but the step 6-12 us slower on an H100 (docs/performance.md "Session 33")
 #define SMELT_MMA_WG_POS 0
 #endif
 #ifndef SMELT_MMA_WG_POS_DOWN

@@ -159,12 +159,6 @@ fi
 
 # The real-shape bench plan (docs/performance.md): a 4-layer full-width V4.1-Flash slice from a sparse checkpoint
 # (headers only). With --synthetic-weights the GPU machine needs no checkpoint, only the plan.
-SLICE=$(mktemp -d)
-"$BUILD/bin/smelt-make-checkpoint" --config tests/frontend/data/deepseek-v4.1-flash/config.json --out "$SLICE" --layers 4 > /dev/null 2>&1
-compile bench_v41flash_slice4 "$SLICE" h200 --max-seq-len 8192 || echo "warning: bench_v41flash_slice4 not compiled (skipped)"
-# The same slice with --numerics fp32: weight-only dequant kernels everywhere (the sm_80 path, measured on the H200).
-compile bench_v41flash_slice4_fp32 "$SLICE" h200 --max-seq-len 8192 --numerics fp32 ||
-  echo "warning: bench_v41flash_slice4_fp32 not compiled (skipped)"
 variants() {  # variants PLAN "NAME:K=V,K=V ..." [extra smelt-compile args]: PLAN_NAME with those kernel knobs
   local plan=$1 list=$2 v name defs; shift 2
   for v in $list; do
@@ -175,22 +169,26 @@ variants() {  # variants PLAN "NAME:K=V,K=V ..." [extra smelt-compile args]: PLA
     compile "${plan}_$name" "$SLICE" h200 --max-seq-len 8192 "$@" "${args[@]}" || echo "warning: ${plan}_$name not compiled (skipped)"
   done
 }
-variants bench_v41flash_slice4 "${BENCH_VARIANTS:-}"
-variants bench_v41flash_slice4_fp32 "${BENCH_VARIANTS_FP32:-}" --numerics fp32
-rm -rf "$SLICE"
+bench_slice() {  # bench_slice PLAN CONFIG: PLAN (the model's numerics), PLAN_fp32 and their variants from CONFIG's slice
+  local plan=$1
+  SLICE=$(mktemp -d)
+  "$BUILD/bin/smelt-make-checkpoint" --config "$2" --out "$SLICE" --layers 4 > /dev/null 2>&1
+  compile "$plan" "$SLICE" h200 --max-seq-len 8192 || echo "warning: $plan not compiled (skipped)"
+  # The same slice with --numerics fp32: weight-only dequant kernels everywhere (the sm_80 path, measured on the H200).
+  compile "${plan}_fp32" "$SLICE" h200 --max-seq-len 8192 --numerics fp32 || echo "warning: ${plan}_fp32 not compiled (skipped)"
+  variants "$plan" "${BENCH_VARIANTS:-}"
+  variants "${plan}_fp32" "${BENCH_VARIANTS_FP32:-}" --numerics fp32
+  rm -rf "$SLICE"
+}
+bench_slice bench_v41flash_slice4 tests/frontend/data/deepseek-v4.1-flash/config.json
 # H100=1: the same slice with 1 GB Engram tables (scripts/small_engram_config.py), 33 GB of weights, for step A/Bs on
 # an 80 GB GPU: the same layers, kernels and bytes a step (the same rows looked up, from a smaller table); the issue's
 # measurement stays bench_v41flash_slice4 on the H200. Plans bench_v41flash_slice4_h100[_fp32], and the variants.
 if [ "${H100:-0}" = 1 ]; then
-  SLICE=$(mktemp -d)
-  python3 scripts/small_engram_config.py tests/frontend/data/deepseek-v4.1-flash/config.json "$SLICE.json" > /dev/null
-  "$BUILD/bin/smelt-make-checkpoint" --config "$SLICE.json" --out "$SLICE" --layers 4 > /dev/null 2>&1
-  compile bench_v41flash_slice4_h100 "$SLICE" h200 --max-seq-len 8192 || echo "warning: bench_v41flash_slice4_h100 not compiled (skipped)"
-  compile bench_v41flash_slice4_h100_fp32 "$SLICE" h200 --max-seq-len 8192 --numerics fp32 ||
-    echo "warning: bench_v41flash_slice4_h100_fp32 not compiled (skipped)"
-  variants bench_v41flash_slice4_h100 "${BENCH_VARIANTS:-}"
-  variants bench_v41flash_slice4_h100_fp32 "${BENCH_VARIANTS_FP32:-}" --numerics fp32
-  rm -rf "$SLICE" "$SLICE.json"
+  small=$(mktemp)
+  python3 scripts/small_engram_config.py tests/frontend/data/deepseek-v4.1-flash/config.json "$small" > /dev/null
+  bench_slice bench_v41flash_slice4_h100 "$small"
+  rm -f "$small"
 fi
 
 # The side-by-side bench with transformers (docs/performance.md, scripts/gpu_side_by_side.sh): a 3-layer

@@ -205,6 +205,48 @@ struct U64Pack {
 
 using detail::is_round;
 
+// $var as a non-negative integer, else `dflt` (tuning switches).
+int env_count(const char* var, int dflt) {
+  const char* v = std::getenv(var);
+  if (!v || !*v) return dflt;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  return end && *end == 0 && n >= 0 && n < (1 << 30) ? int(n) : dflt;
+}
+
+// The routed up's first weights for the route select to request (kernels/moe/moe_decode.cu RoutePrefetch): the
+// moe_experts op `x` reading the picks, its FP4 experts evenly spaced (no address table: the table is written by the
+// experts' own launch), one row; bytes 0 (nothing requested) otherwise. $SMELT_CUDA_ROUTE_PREFETCH: bytes of each
+// (16-row tile, K segment) range (0: off).
+RoutePrefetch route_prefetch(const Ctx& c, const OpLaunch& x) {
+  static const int bytes = env_count("SMELT_CUDA_ROUTE_PREFETCH", 0) / 16 * 16;
+  RoutePrefetch pf{};
+  const OpRef& op = *x.op;
+  if (bytes <= 0 || c.dry || c.l.rows != 1 || !op.scaled) return pf;
+  const DeviceWeight *w1 = weight(x, 0), *s1 = weight(x, 1), *w3 = weight(x, 4), *s3 = weight(x, 5);
+  if (!w1 || !s1 || !w3 || !s3 || w1->shape.size() != 2 || w1->tiled != w3->tiled) return pf;
+  const detail::LinearW f = detail::linear_format(c, w1, s1, "w1");
+  if (std::string(f.fmt) != "fp4") return pf;
+  const int n_experts = int(op.i("n_experts")), D = int(x.in_w[0]), F = int(w1->shape[0]);
+  if (D % 32 || F < 1 || n_experts < 1) return pf;
+  const int kinds[4] = {0, 1, 4, 5};
+  uint64_t base[4];
+  int64_t stride[4];
+  for (int j = 0; j < 4; ++j) {
+    base[j] = ptr(weight(x, size_t(kinds[j])));
+    stride[j] = n_experts > 1 ? int64_t(ptr(weight(x, size_t(6 + kinds[j]))) - base[j]) : 0;
+    for (int e = 2; e < n_experts; ++e)
+      if (ptr(weight(x, size_t(e) * 6 + kinds[j])) != base[j] + uint64_t(e) * uint64_t(stride[j])) return pf;
+  }
+  const detail::ExpertsLaunch a{0, 0, 0, 0, 0, {}, D, F, int(op.i("topk")), n_experts, f, 0.f, true, false};
+  pf.w[0] = base[0], pf.ws[0] = stride[0], pf.s[0] = base[1], pf.ss[0] = stride[1];
+  pf.w[1] = base[2], pf.ws[1] = stride[2], pf.s[1] = base[3], pf.ss[1] = stride[3];
+  pf.rows = F, pf.row_bytes = D / 2, pf.nb = D / 32, pf.tiled = w1->tiled;
+  pf.segs = detail::routed_up_split(x, a, detail::model_rounding(op) != 0);
+  pf.bytes = bytes;
+  return pf;
+}
+
 // Whether rows of len values take the register norm kernels (smelt_rms_norm_regs, smelt_hc_collapse_norm: up to 8
 // values a thread, weights loaded before the dependent-launch wait; the same bits as smelt_rms_norm at the same block).
 bool rms_norm_regs(int len) {
@@ -740,10 +782,14 @@ void run_v4(Ctx& c) {
         const DevPtr dots = c.scratch(uint64_t(rows) * E * 4);
         c.go("smelt_moe_gate_dots", cdiv(E, gwarps), R, 1, unsigned(32 * gwarps), dots_smem(gwarps), l.in[0], D,
              ptr(gate), detail::float_dt(c, gate, "gate"), E, dots);
-        c.go("smelt_moe_route_select", R, 1, 1, 256, unsigned((3 * E + K) * 4), dots, E, ptr(bias),
-             detail::float_dt(c, bias, "bias"), ptr(t2e), t64, vocab, l.in[1], K, scoring,
+        // With a prefetch, blocks y > 0 make the same picks and only spread its requests over more SMs
+        // ($SMELT_CUDA_ROUTE_PREFETCH_BLOCKS, default 32).
+        const RoutePrefetch pf = l.route_experts ? route_prefetch(c, *l.route_experts) : RoutePrefetch{};
+        static const int pblocks = std::max(1, env_count("SMELT_CUDA_ROUTE_PREFETCH_BLOCKS", 32));
+        c.go("smelt_moe_route_select", R, pf.bytes > 0 ? unsigned(pblocks) : 1u, 1, 256, unsigned((3 * E + K) * 4), dots,
+             E, ptr(bias), detail::float_dt(c, bias, "bias"), ptr(t2e), t64, vocab, l.in[1], K, scoring,
              int(op.i("norm_topk_prob") != 0), float(op.f("route_scale")), float(detail::attr_f(op, "gate_temp", 1.0)),
-             l.out[0], l.out[1]);
+             l.out[0], l.out[1], pf);
         break;
       }
       c.go("smelt_moe_route", R, 1, 1, 256, unsigned(2 * E * 4), l.in[0], int(l.in_w[0]), ptr(gate),

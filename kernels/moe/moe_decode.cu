@@ -170,8 +170,13 @@ __device__ __forceinline__ void route_stage(void* dst, const void* src, int n) {
 
 }  // namespace
 
-extern "C" __global__ void smelt_moe_gate_dots(const float* x, int D, const void* gate, int gdt, int E, float* s) {
+// pf (decode, one row; n all 0: none): weights the next ops read that this grid's blocks ask the L2 for, in shares,
+// before their wait (the shared expert's up: its weights are known, and the launch that reads them waits for the
+// routing, during which the HBM idles: runtime/cuda/ops.cc, $SMELT_CUDA_SHARED_PREFETCH).
+extern "C" __global__ void smelt_moe_gate_dots(const float* x, int D, const void* gate, int gdt, int E, float* s,
+                                               L2Ranges pf) {
   SMELT_KERNEL_PROLOGUE_WEIGHTS_FIRST();
+  if (threadIdx.x == 0) l2_prefetch_share(pf, int(blockIdx.x), int(gridDim.x));
   extern __shared__ __align__(16) unsigned char gd_sm[];
   const i64 r = blockIdx.y;
   const int warps = blockDim.x / 32, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -217,14 +222,6 @@ struct RoutePrefetch {
   i64 ss[2];
   int rows, row_bytes, nb, segs, tiled, bytes;
 };
-
-__device__ __forceinline__ void l2_prefetch_range(const u8* p, u32 len) {
-#if __CUDA_ARCH__ >= 900
-  if (len >= 16) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(len & ~15u) : "memory");
-#else
-  for (u32 o = 0; o < len; o += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(p + o));
-#endif
-}
 
 __device__ void route_prefetch(const RoutePrefetch& pf, const int* pick, int K) {
   const int units = pf.tiled ? (pf.rows + 15) / 16 : pf.rows;

@@ -45,6 +45,12 @@ struct RoutePrefetch {
 };
 static_assert(sizeof(RoutePrefetch) == 88, "RoutePrefetch: the kernel's layout");
 
+// kernels/cuda/common.cuh L2Ranges: up to four byte ranges a kernel asks the L2 for (n 0: unused).
+struct L2Ranges {
+  DevPtr p[4] = {};
+  uint64_t n[4] = {};
+};
+
 // RoPE inverse frequencies by value.
 struct InvFreq {
   float v[256] = {};

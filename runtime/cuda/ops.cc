@@ -9,6 +9,7 @@
 #include <set>
 
 #include "runtime/cpu/backend.h"
+#include "runtime/cuda/device_weights.h"
 #include "runtime/cuda/ops_common.h"
 #include "runtime/cuda/side_stream.h"
 #include "runtime/cuda/ops_mma.h"
@@ -212,6 +213,24 @@ int env_count(const char* var, int dflt) {
   char* end = nullptr;
   const long n = std::strtol(v, &end, 10);
   return end && *end == 0 && n >= 0 && n < (1 << 30) ? int(n) : dflt;
+}
+
+// The shared expert's up weights (w1, s1, w3, s3 of the swiglu_mlp paired with the moe_experts op `x`, which the
+// routed up's launch runs: ops.cc run_experts) for the gate dots' blocks to request before their wait, one row;
+// none unless $SMELT_CUDA_SHARED_PREFETCH=1.
+L2Ranges shared_prefetch(const Ctx& c, const OpLaunch& x) {
+  static const bool on = env_is("SMELT_CUDA_SHARED_PREFETCH", "1");
+  L2Ranges r{};
+  if (!on || c.dry || c.l.rows != 1 || !x.fuse_shared || !x.fuse_shared->op->scaled) return r;
+  const int kinds[4] = {0, 1, 4, 5};
+  for (int j = 0; j < 4; ++j) {
+    const DeviceWeight* w = weight(*x.fuse_shared, size_t(kinds[j]));
+    if (!w) return L2Ranges{};
+    uint64_t n = device_elem_bytes(w->dtype);
+    for (int64_t d : w->shape) n *= uint64_t(d);
+    r.p[j] = ptr(w), r.n[j] = n;
+  }
+  return r;
 }
 
 // The routed up's first weights for the route select to request (kernels/moe/moe_decode.cu RoutePrefetch): the
@@ -780,8 +799,9 @@ void run_v4(Ctx& c) {
       const int gwarps = dots_smem(2) <= 96 * 1024 ? 2 : 1;
       if (detail::decode_kernels() && dots_smem(gwarps) <= 96 * 1024 && (3 * E + K) * 4 <= 48 * 1024) {
         const DevPtr dots = c.scratch(uint64_t(rows) * E * 4);
+        const L2Ranges spf = l.route_experts ? shared_prefetch(c, *l.route_experts) : L2Ranges{};
         c.go("smelt_moe_gate_dots", cdiv(E, gwarps), R, 1, unsigned(32 * gwarps), dots_smem(gwarps), l.in[0], D,
-             ptr(gate), detail::float_dt(c, gate, "gate"), E, dots);
+             ptr(gate), detail::float_dt(c, gate, "gate"), E, dots, spf);
         // With a prefetch, blocks y > 0 make the same picks and only spread its requests over more SMs
         // ($SMELT_CUDA_ROUTE_PREFETCH_BLOCKS, default 32).
         const RoutePrefetch pf = l.route_experts ? route_prefetch(c, *l.route_experts) : RoutePrefetch{};

@@ -21,6 +21,7 @@
 namespace {
 
 using smelt::runtime::cuda::InvFreq;
+using smelt::runtime::cuda::L2Ranges;
 using smelt::runtime::cuda::RoutePrefetch;
 using smelt::test_cuda::DevPtr;
 using smelt::test_cuda::gpu;
@@ -311,8 +312,12 @@ TEST(CudaSmallDecodeKernels, StagedRouterEqualsTheOneBlockRouter) {
                      i1 = gpu().alloc(rows * K * 4), dots = gpu().alloc(size_t(rows) * E * 4);
               gpu().launch("moe", "smelt_moe_route", rows, 1, 1, 256, unsigned(2 * E * 4), dx, D, dg, gdt, E, bias_p, 0,
                            t2e_p, t64, int64_t(vocab), ids, K, scoring, 1, 2.5f, temp, w0, i0);
+              // The gate dots with (warps 2) and without a prefetch of the expert buffer: the same dots (the routes
+              // below compare them).
+              L2Ranges gpf{};
+              if (warps == 2) gpf.p[0] = experts, gpf.n[0] = size_t(E) * kPrefetchExpertBytes - 40;
               gpu().launch("moe", "smelt_moe_gate_dots", cdiv(E, warps), rows, 1, 32 * warps,
-                           gate_dots_smem(warps, D, gsz), dx, D, dg, gdt, E, dots);
+                           gate_dots_smem(warps, D, gsz), dx, D, dg, gdt, E, dots, gpf);
               gpu().launch("moe", "smelt_moe_route_select", rows, 1, 1, 256, unsigned((3 * E + K) * 4), dots, E, bias_p,
                            0, t2e_p, t64, int64_t(vocab), ids, K, scoring, 1, 2.5f, temp, w1, i1, RoutePrefetch{});
               const std::string what = "E " + std::to_string(E) + " D " + std::to_string(D) + " gdt " +
@@ -350,7 +355,8 @@ TEST(CudaSmallDecodeKernels, StagedRouterWithNanScores) {
          i1 = gpu().alloc(rows * K * 4), dots = gpu().alloc(size_t(rows) * E * 4);
   gpu().launch("moe", "smelt_moe_route", rows, 1, 1, 256, unsigned(2 * E * 4), dx, D, dg, 0, E, db, 0, DevPtr(0), 0,
                int64_t(0), ids, K, 0, 1, 2.5f, 1.0f, w0, i0);
-  gpu().launch("moe", "smelt_moe_gate_dots", E / 2, rows, 1, 64, gate_dots_smem(2, D, 4), dx, D, dg, 0, E, dots);
+  gpu().launch("moe", "smelt_moe_gate_dots", E / 2, rows, 1, 64, gate_dots_smem(2, D, 4), dx, D, dg, 0, E, dots,
+               L2Ranges{});
   gpu().launch("moe", "smelt_moe_route_select", rows, 1, 1, 256, unsigned((3 * E + K) * 4), dots, E, db, 0, DevPtr(0),
                0, int64_t(0), ids, K, 0, 1, 2.5f, 1.0f, w1, i1, RoutePrefetch{});
   EXPECT_EQ(gpu().get<int32_t>(i1, rows * K), gpu().get<int32_t>(i0, rows * K));

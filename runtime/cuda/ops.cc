@@ -215,6 +215,8 @@ int env_count(const char* var, int dflt) {
   return end && *end == 0 && n >= 0 && n < (1 << 30) ? int(n) : dflt;
 }
 
+bool expert_bases(const OpLaunch& l, int n_experts, bool scaled, ExpertW& ew);
+
 // The shared expert's up weights (w1, s1, w3, s3 of the swiglu_mlp paired with the moe_experts op `x`, which the
 // routed up's launch runs: ops.cc run_experts) for the gate dots' blocks to request before their wait, one row;
 // none unless $SMELT_CUDA_SHARED_PREFETCH=1.
@@ -248,18 +250,11 @@ RoutePrefetch route_prefetch(const Ctx& c, const OpLaunch& x) {
   if (std::string(f.fmt) != "fp4") return pf;
   const int n_experts = int(op.i("n_experts")), D = int(x.in_w[0]), F = int(w1->shape[0]);
   if (D % 32 || F < 1 || n_experts < 1) return pf;
-  const int kinds[4] = {0, 1, 4, 5};
-  uint64_t base[4];
-  int64_t stride[4];
-  for (int j = 0; j < 4; ++j) {
-    base[j] = ptr(weight(x, size_t(kinds[j])));
-    stride[j] = n_experts > 1 ? int64_t(ptr(weight(x, size_t(6 + kinds[j]))) - base[j]) : 0;
-    for (int e = 2; e < n_experts; ++e)
-      if (ptr(weight(x, size_t(e) * 6 + kinds[j])) != base[j] + uint64_t(e) * uint64_t(stride[j])) return pf;
-  }
-  const detail::ExpertsLaunch a{0, 0, 0, 0, 0, {}, D, F, int(op.i("topk")), n_experts, f, 0.f, true, false};
-  pf.w[0] = base[0], pf.ws[0] = stride[0], pf.s[0] = base[1], pf.ss[0] = stride[1];
-  pf.w[1] = base[2], pf.ws[1] = stride[2], pf.s[1] = base[3], pf.ss[1] = stride[3];
+  ExpertW ew{};
+  if (!expert_bases(x, n_experts, true, ew)) return pf;
+  const detail::ExpertsLaunch a{0, 0, 0, 0, 0, ew, D, F, int(op.i("topk")), n_experts, f, 0.f, true, false};
+  pf.w[0] = ew.base[0], pf.ws[0] = ew.stride[0], pf.s[0] = ew.base[1], pf.ss[0] = ew.stride[1];
+  pf.w[1] = ew.base[4], pf.ws[1] = ew.stride[4], pf.s[1] = ew.base[5], pf.ss[1] = ew.stride[5];
   pf.rows = F, pf.row_bytes = D / 2, pf.nb = D / 32, pf.tiled = w1->tiled;
   pf.segs = detail::routed_up_split(x, a, detail::model_rounding(op) != 0);
   pf.bytes = bytes;
@@ -333,13 +328,12 @@ bool split_attention(Ctx& c, const AttnArgs& a) {
   return true;
 }
 
-// Expert weights as the kernels address them: base + e * stride when evenly spaced, else a table of device
-// addresses written into scratch by smelt_write_u64 (captured with the graph).
-ExpertW expert_weights(Ctx& c, int n_experts, bool scaled) {
-  ExpertW ew{};
-  const OpLaunch& l = c.l;
+// Expert j's address of each weight kind (j: 0 w1, 1 s1, 2 w2, 3 s2, 4 w3, 5 s3) of the experts op l in
+// ew.base / ew.stride (expert 0's and the step between experts 0 and 1); true when every expert lies at base + e *
+// stride (the kernels then need no address table).
+bool expert_bases(const OpLaunch& l, int n_experts, bool scaled, ExpertW& ew) {
   const int per = scaled ? 6 : 3;
-  auto at = [&](int e, int j) -> DevPtr {  // j: 0 w1, 1 s1, 2 w2, 3 s2, 4 w3, 5 s3
+  auto at = [&](int e, int j) -> DevPtr {
     if (!scaled && (j & 1)) return 0;
     const DeviceWeight* w = weight(l, size_t(e) * per + (scaled ? j : j / 2));
     return ptr(w);
@@ -350,6 +344,20 @@ ExpertW expert_weights(Ctx& c, int n_experts, bool scaled) {
     ew.stride[j] = n_experts > 1 ? int64_t(at(1, j) - at(0, j)) : 0;
     for (int e = 2; e < n_experts && even; ++e) even = at(e, j) == at(0, j) + uint64_t(e) * uint64_t(ew.stride[j]);
   }
+  return even;
+}
+
+// Expert weights as the kernels address them: base + e * stride when evenly spaced, else a table of device
+// addresses written into scratch by smelt_write_u64 (captured with the graph).
+ExpertW expert_weights(Ctx& c, int n_experts, bool scaled) {
+  ExpertW ew{};
+  const OpLaunch& l = c.l;
+  const int per = scaled ? 6 : 3;
+  auto at = [&](int e, int j) -> DevPtr {  // the table's entries, as expert_bases reads them
+    if (!scaled && (j & 1)) return 0;
+    return ptr(weight(l, size_t(e) * per + (scaled ? j : j / 2)));
+  };
+  const bool even = expert_bases(l, n_experts, scaled, ew);
   const uint64_t n = uint64_t(n_experts) * 6;
   if (c.dry) {
     c.scratch(n * 8);  // reserve the table in any case: the layout is only known at run time

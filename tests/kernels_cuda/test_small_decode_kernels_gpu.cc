@@ -265,18 +265,17 @@ unsigned gate_dots_smem(int warps, int D, int gsz) {
   return unsigned((int64_t(warps) * D * gsz + 15) / 16 * 16 + int64_t(D) * 4);
 }
 
-// A RoutePrefetch over E experts of kPrefetchExpertBytes at `base`: w1, s1, w3, s3 of F 64 rows, K 256, the up's K
+// A RoutePrefetch over experts of kPrefetchExpertBytes each at `base`: w1, s1, w3, s3 of F 64 rows, K 256, the up's K
 // split 2 (small, so that the test allocates little; the kernel's address arithmetic is the same at any size).
 constexpr int kPrefetchF = 64, kPrefetchK = 256;
 constexpr size_t kPrefetchExpertBytes = 2 * (kPrefetchF * kPrefetchK / 2 + kPrefetchF * kPrefetchK / 32);
-RoutePrefetch route_prefetch_of(DevPtr base, int E, int tiled) {
+RoutePrefetch route_prefetch_of(DevPtr base, int tiled) {
   RoutePrefetch pf;
   const int64_t wb = kPrefetchF * kPrefetchK / 2, sb = kPrefetchF * kPrefetchK / 32;
   pf.w[0] = base, pf.s[0] = base + wb, pf.w[1] = base + wb + sb, pf.s[1] = base + 2 * wb + sb;
   for (int m = 0; m < 2; ++m) pf.ws[m] = pf.ss[m] = int64_t(kPrefetchExpertBytes);
   pf.rows = kPrefetchF, pf.row_bytes = kPrefetchK / 2, pf.nb = kPrefetchK / 32, pf.segs = 2, pf.tiled = tiled;
   pf.bytes = 512;
-  (void)E;
   return pf;
 }
 
@@ -328,7 +327,7 @@ TEST(CudaSmallDecodeKernels, StagedRouterEqualsTheOneBlockRouter) {
               // With the up's weights prefetched by 3 blocks (tile order and row-major): the same picks and weights.
               if (warps == 2 && D == 5120)
                 for (int tiled : {1, 0}) {
-                  const RoutePrefetch pf = route_prefetch_of(experts, E, tiled);
+                  const RoutePrefetch pf = route_prefetch_of(experts, tiled);
                   DevPtr w2 = gpu().alloc(rows * K * 4), i2 = gpu().alloc(rows * K * 4);
                   gpu().launch("moe", "smelt_moe_route_select", rows, 3, 1, 256, unsigned((3 * E + K) * 4), dots, E,
                                bias_p, 0, t2e_p, t64, int64_t(vocab), ids, K, scoring, 1, 2.5f, temp, w2, i2, pf);

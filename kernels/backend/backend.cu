@@ -100,3 +100,11 @@ extern "C" __global__ void smelt_tile_weight(const uint4* src, uint4* dst, u64 r
     dst[off / 16] = src[i];
   }
 }
+
+// Packed FP4 codes, row-major -> pair order (kernels/cuda/common.cuh fp4_pair_order), in place, a 32-bit word a
+// thread: the weight-only tensor-core experts' layout (runtime/cuda/device_weights.cc).
+extern "C" __global__ void smelt_fp4_pair_order(u32* w, u64 words) {
+  SMELT_KERNEL_PROLOGUE();
+  for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < words; i += (u64)gridDim.x * blockDim.x)
+    w[i] = fp4_pair_order(w[i]);
+}

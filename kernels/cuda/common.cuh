@@ -107,6 +107,32 @@ __host__ __device__ __forceinline__ i64 tile_order_off(i64 n, i64 b, i64 N, i64 
   return t0 * RB + b * nr * BB + (n - t0) * BB;
 }
 
+// FP4 pair order: the layout of the weight-only tensor-core experts' packed E2M1 codes (kernels/linear/gemv_wo_mma.cuh
+// e2m1_pairs_po decodes it; written at load by smelt_fp4_pair_order, runtime/cuda/device_weights.cc). Each 32-bit
+// word keeps its 8 codes (k 8t .. 8t + 7 of a row: nibble i of the row-major word is k 8t + i), with their bits
+// moved so that f16 pair j = (n_j, n_{j+4}) as values * 2^-14 (magnitude at bits 9-11, sign at 15 of each half) is
+// one mask of the word (j = 0), of the word << 8 (j = 1), of its bit reverse (j = 2) or of that << 8 (j = 3):
+// 7 instructions for 8 weights where the row-major nibbles take 15 (two shifts a pair: sign and magnitude sit 3
+// bits apart in a nibble, 4 in an f16). Code n_{j+4h} (h = 0, 1), magnitude bit b (0: mantissa, 1-2: exponent):
+//   j = 0: magnitude at 16h + 9 + b, sign at 16h + 15     j = 1: magnitude at 16h + 1 + b, sign at 16h + 7
+//   j = 2: magnitude at 22 - 16h - b, sign at 16 - 16h    j = 3: magnitude at 30 - 16h - b, sign at 24 - 16h
+// (tests/kernels_cuda/harness.h fp4_pair_order is the host copy the GPU tests write their weights with.)
+__device__ __forceinline__ u32 fp4_pair_order(u32 w) {
+  u32 q = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const u32 n = (w >> (4 * i)) & 15u;
+    const int j = i & 3, h = i >> 2;
+    const int m0 = j == 0 ? 16 * h + 9 : j == 1 ? 16 * h + 1 : j == 2 ? 22 - 16 * h : 30 - 16 * h;
+    const int step = j < 2 ? 1 : -1;  // bit b of the magnitude at m0 + step * b
+    const int sb = j == 0 ? 16 * h + 15 : j == 1 ? 16 * h + 7 : j == 2 ? 16 - 16 * h : 24 - 16 * h;
+#pragma unroll
+    for (int b = 0; b < 3; ++b) q |= ((n >> b) & 1u) << (m0 + step * b);
+    q |= (n >> 3) << sb;
+  }
+  return q;
+}
+
 // cp.async (sm_80+): 16 bytes global -> shared without registers; src_bytes 0 writes zeros.
 __device__ __forceinline__ u32 smem_addr(const void* p) {
   u32 a;

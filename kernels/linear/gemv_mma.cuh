@@ -479,9 +479,11 @@ __device__ __forceinline__ u8* mma_warp_scales(unsigned char* sm, int K, int row
 }
 
 // Tiled: the weights in tile order (wtile_off; the act-quant weights on sm_89+) or row-major (the weight-only paths'
-// weights on every arch).
-template <bool FP4, int NW, bool Tiled = bool(SMELT_W_TILED)>
+// weights on every arch). Po: FP4 words in pair order (kernels/cuda/common.cuh fp4_pair_order: the weight-only
+// experts' codes, row-major), decoded by e2m1_pairs_po.
+template <bool FP4, int NW, bool Tiled = bool(SMELT_W_TILED), bool Po = false>
 struct MmaSegment {
+  static_assert(!Po || (FP4 && !Tiled), "pair order: row-major FP4 words");
   static constexpr int SB = NW * 16 * (FP4 ? 16 : 32);  // bytes of a stage (one 32-block of 16 rows x NW)
   // Stages: as many as the ring holds, at most 16 (a power of two: the ring slot wraps by a mask); 8 for two
   // FP4 matrices, whose unrolled ring would otherwise push the scale registers to local memory.
@@ -750,7 +752,7 @@ struct MmaSegment {
     const float xs0 = xsl[b * 8], xs1 = NC == 2 ? xsl[b * 8 + 1] : 0.f;
     if constexpr (FP4) {
       // f16 MMAs straight from the nibbles: wo_e2m1_pairs gives the weights as f16 * 2^-14 in four instructions a
-      // pair (the E4M3 route cost a 6-instruction lookup per four values plus sm_90's f16 conversions of both
+      // pair (e2m1_pairs_po: under two, from words in pair order) (the E4M3 route cost a 6-instruction lookup per four values plus sm_90's f16 conversions of both
       // fragments); the activations' E4M3 codes are exact in f16. The block sum is c * 2^14: folded into the
       // activation scale (both powers of two: the same rounding as (bsum * xs) * ws).
       const u32 xb[4] = {xv.x, xv.y, xv.z, xv.w};  // staged pre-paired (kStageF16Paired)
@@ -761,8 +763,8 @@ struct MmaSegment {
       for (int m = 0; m < NW; ++m) {
         const u8* st = ring + slot * SB + m * 256 + tig * 4;
         u32 pa[4], pb[4];
-        wo_e2m1_pairs(*reinterpret_cast<const u32*>(st + g * 16), pa);        // row g: (n0,n4) (n1,n5) (n2,n6) (n3,n7)
-        wo_e2m1_pairs(*reinterpret_cast<const u32*>(st + (g + 8) * 16), pb);  // row g + 8
+        e2m1_pairs<Po>(*reinterpret_cast<const u32*>(st + g * 16), pa);        // row g: (n0,n4) (n1,n5) (n2,n6) (n3,n7)
+        e2m1_pairs<Po>(*reinterpret_cast<const u32*>(st + (g + 8) * 16), pb);  // row g + 8
         float c[4] = {0.f, 0.f, 0.f, 0.f};
         wo_mma(c, pa[0], pb[0], pa[1], pb[1], xb[0], xb[1]);
         wo_mma(c, pa[2], pb[2], pa[3], pb[3], xb[2], xb[3]);
@@ -914,8 +916,8 @@ struct MmaSegment {
           for (int m = 0; m < NW; ++m) {
             const u8* st = ring + (j0 + q + j) * SB + m * 256 + tig * 4;
             u32 pa[4], pb[4];
-            wo_e2m1_pairs(*reinterpret_cast<const u32*>(st + g * 16), pa);
-            wo_e2m1_pairs(*reinterpret_cast<const u32*>(st + (g + 8) * 16), pb);
+            e2m1_pairs<Po>(*reinterpret_cast<const u32*>(st + g * 16), pa);
+            e2m1_pairs<Po>(*reinterpret_cast<const u32*>(st + (g + 8) * 16), pb);
             float* cm = c[j * A / 4][m];
             wo_mma(cm, pa[0], pb[0], pa[1], pb[1], xb[0], xb[1]);
             wo_mma(cm, pa[2], pb[2], pa[3], pb[3], xb[2], xb[3]);

@@ -69,6 +69,23 @@ __device__ __forceinline__ void wo_e2m1_pairs(u32 q, u32* p) {
   p[3] = ((q >> 3) & 0x0E000E00u) | (q & 0x80008000u);
 }
 
+// The same four pairs from a word in FP4 pair order (kernels/cuda/common.cuh fp4_pair_order): masks of the word, of
+// the word << 8 and of their bit reverses, 7 instructions (brev on its own pipe) against wo_e2m1_pairs' 15.
+__device__ __forceinline__ void e2m1_pairs_po(u32 q, u32* p) {
+  u32 t;
+  asm("brev.b32 %0, %1;" : "=r"(t) : "r"(q));
+  p[0] = q & 0x8E008E00u;
+  p[1] = (q << 8) & 0x8E008E00u;
+  p[2] = t & 0x8E008E00u;
+  p[3] = (t << 8) & 0x8E008E00u;
+}
+// Po: the word in pair order (the weight-only experts' weights), else row-major nibbles.
+template <bool Po>
+__device__ __forceinline__ void e2m1_pairs(u32 q, u32* p) {
+  if constexpr (Po) e2m1_pairs_po(q, p);
+  else wo_e2m1_pairs(q, p);
+}
+
 // The K split: K-part p's first block and count, chunk c's part of it.
 struct WoGeom {
   int nb, KS, nbp, CB, nchunks, S;
@@ -144,12 +161,12 @@ __device__ __forceinline__ void wo_load(WoW<FP4>& w, const WoRows& r, int b, int
 // acc (C fragment: [0] col g row 2tig, [1] col g row 2tig+1, [2] col g+8 row 2tig, [3] col g+8 row 2tig+1) +=
 // the block's sum scaled. xrow: the lane's staged token row (nullptr: B = 0), xi0 / xi1: the factors of rows
 // 2tig, 2tig+1 (0 for rows not staged).
-template <bool FP4>
+template <bool FP4, bool Po = false>
 __device__ __forceinline__ void wo_block(const WoW<FP4>& w, const u8* xrow, float xi0, float xi1, float* acc) {
   u32 ra[4], rb[4];  // rows g, g + 8: (MMA 0: k 0-7, 8-15 of the half), (MMA 1: ...)
   if (FP4) {
-    wo_e2m1_pairs(w.a[0], ra);
-    wo_e2m1_pairs(w.b[0], rb);
+    e2m1_pairs<Po>(w.a[0], ra);
+    e2m1_pairs<Po>(w.b[0], rb);
   } else {
     wo_e4m3_pairs(w.a[0], ra[0], ra[1]);
     wo_e4m3_pairs(w.a[1], ra[2], ra[3]);
@@ -191,7 +208,7 @@ __device__ __forceinline__ void wo_fill(WoW<FP4>* ring, const WoRows& rows, cons
 // K-part p's blocks of chunk c, in order, through the ring of U blocks wo_fill started: a slot is refilled with the
 // block U ahead as soon as it has been multiplied, so ~U blocks of loads stay in flight per warp with U blocks of
 // registers.
-template <bool FP4>
+template <bool FP4, bool Po = false>
 __device__ __forceinline__ void wo_blocks(WoW<FP4>* ring, const WoRows& rows, const WoGeom& G, int p, int c, int nrows,
                                           const u8* sx, const float* ssc, float* acc) {
   constexpr int U = wo_ring_blocks<FP4>();
@@ -207,7 +224,7 @@ __device__ __forceinline__ void wo_blocks(WoW<FP4>* ring, const WoRows& rows, co
     for (int u = 0; u < U; ++u) {
       const int j = j0 + u;
       if (j < n) {
-        wo_block<FP4>(ring[u], xrow ? xrow + j * 128 : nullptr, s0 ? s0[j] : 0.f, s1 ? s1[j] : 0.f, acc);
+        wo_block<FP4, Po>(ring[u], xrow ? xrow + j * 128 : nullptr, s0 ? s0[j] : 0.f, s1 ? s1[j] : 0.f, acc);
         if (j + U < n) wo_load<FP4>(ring[u], rows, b0 + j + U, tig);
       }
     }
@@ -220,7 +237,7 @@ __device__ __forceinline__ void wo_blocks(WoW<FP4>* ring, const WoRows& rows, co
 // with the folded fragment. Dynamic shared memory: wo_smem_bytes(R, KS * CB).
 // The first group's first ring of weights is in flight before the dependent-launch wait (here: x may come from the
 // previous kernel; item() must not read what a kernel writes unless the caller waited already) and the staging.
-template <bool FP4, class Item, class Store>
+template <bool FP4, bool Po = false, class Item, class Store>
 __device__ __forceinline__ void wo_run(const float* x, i64 ldx, int R, int K, int ks, int cb, int n_items,
                                        const Item& item, const Store& store) {
   extern __shared__ uint4 wo_smem[];
@@ -257,7 +274,7 @@ __device__ __forceinline__ void wo_run(const float* x, i64 ldx, int R, int K, in
       }
       if (live) {
         if (grp != grp0 || c > 0) wo_fill<FP4>(ring, rows, G, p, c);
-        wo_blocks<FP4>(ring, rows, G, p, c, R, sx, ssc, acc);
+        wo_blocks<FP4, Po>(ring, rows, G, p, c, R, sx, ssc, acc);
       }
     }
     if (ks > 1) {  // fold the K-parts in p order

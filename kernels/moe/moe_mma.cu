@@ -14,7 +14,7 @@
 // compute (V4 swiglu with limit, no routing weight, no roundings: the launcher passes rb = 0, round = 0) through the
 // same ring as the act-quant kernels: the activations staged as f16 hi / lo halves in two token columns
 // (mma_stage_wo, MmaSegment::run with HL; the FP4 ones four blocks a chain, MmaSegment::run_chain), the weights
-// row-major. The down stages only the slots of its group's tiles (two halves a slot would not fit every slot beside
+// row-major, the FP4 codes in pair order (kernels/cuda/common.cuh fp4_pair_order; the runtime writes them so at load). The down stages only the slots of its group's tiles (two halves a slot would not fit every slot beside
 // the rings).
 #include "kernels/linear/gemv_mma.cuh"
 
@@ -95,7 +95,7 @@ __device__ void up_mma_body(const float* x, int D, int F, int topk, const i32* i
 #if defined(__CUDA_ARCH__)
   if constexpr (path_arch_ok<P>()) {
   constexpr bool WG = P == kPathWg, WO = P == kPathWo, POS = WG && SMELT_MMA_WG_POS;
-  using Seg = MmaSegment<FP4, 2, WO ? false : bool(SMELT_W_TILED)>;
+  using Seg = MmaSegment<FP4, 2, WO ? false : bool(SMELT_W_TILED), WO && FP4>;
   extern __shared__ __align__(16) unsigned char mma_sm[];
   const int nb = D / 32, stride = mma_x_stride(D);
   // Staged rows of the one token row; POS: the column-pair layout's, beside rings of the D stages the segment uses
@@ -198,7 +198,7 @@ __device__ void down_mma_body(const float* h, int D, int F, int topk, const i32*
   // sized for every slot (V4.1: 240 one-slot groups of 264 blocks, 4 rows of the 6); else run_wg's one-row layout.
   const int prow = POS ? mma_pos_rows(F) : 1, pstride = prow * stride;
   const bool pos = POS && nblk >= groups && gspan * prow <= RS;
-  using Seg = MmaSegment<FP4, TPW, WO ? false : bool(SMELT_W_TILED)>;
+  using Seg = MmaSegment<FP4, TPW, WO ? false : bool(SMELT_W_TILED), WO && FP4>;
   // wgmma: rings of the D stages the segment uses (4 of the 8 KB for the FP4 pair; runtime/cuda/mma_split.h
   // mma_wg_ring_bytes), which leaves the L1 more of the multiprocessor's 256 KB
   constexpr int RB = WG ? Seg::D * Seg::SB : kMmaRingBytes;

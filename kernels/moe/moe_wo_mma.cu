@@ -5,7 +5,8 @@
 //
 // Launch (runtime/cuda/ops_wo_mma.cc): block 256 threads, grid (CTAs, rows * topk): y = the slot, whose activation
 // row the CTA stages. up: a tile = 8 columns f, A rows 0-7 = w1[f], rows 8-15 = w3[f], so the lane holding gate
-// f also holds up f. down: a tile = 16 columns of w2. Dynamic shared memory wo_smem_bytes(1, ks * cb).
+// f also holds up f. down: a tile = 16 columns of w2. Dynamic shared memory wo_smem_bytes(1, ks * cb). FP4 codes in
+// pair order (kernels/cuda/common.cuh fp4_pair_order), as the ring kernels read them.
 #include "kernels/linear/gemv_wo_mma.cuh"
 
 using namespace smelt_dev;
@@ -37,7 +38,7 @@ __device__ void moe_up_wo_mma_body(const float* x, int D, int F, int topk, const
     const int f = it * 8 + g;
     if (tig == 0 && f < F) h[rt * F + f] = swiglu(acc[0], acc[2], limit);
   };
-  wo_run<FP4>(x + r * D, D, 1, D, ks, cb, (F + 7) / 8, item, store);
+  wo_run<FP4, FP4>(x + r * D, D, 1, D, ks, cb, (F + 7) / 8, item, store);
 }
 
 template <bool FP4>
@@ -71,7 +72,7 @@ __device__ void moe_down_wo_mma_body(const float* h, int D, int F, int topk, con
     if (d < D) out[rt * D + d] = acc[0];
     if (d + 8 < D) out[rt * D + d + 8] = acc[2];
   };
-  wo_run<FP4>(h + rt * F, F, 1, F, ks, cb, (D + 15) / 16, item, store);
+  wo_run<FP4, FP4>(h + rt * F, F, 1, F, ks, cb, (D + 15) / 16, item, store);
 }
 
 }  // namespace

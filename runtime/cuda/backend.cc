@@ -207,7 +207,7 @@ CudaBackend::CudaBackend(const Plan& plan, const BackendOptions& o) : plan_(plan
     // Scratch: one region as large as the largest op asks for (the main stream's ops run one after another), and one
     // for the side stream's ops.
     uint64_t scratch = 0, side_scratch = 0;  // the side stream's ops carve their own region
-    std::vector<int> act_quant_weights, weight_only_weights;
+    std::vector<int> act_quant_weights, weight_only_weights, fp4_pair_weights;
     std::vector<uint64_t> zeroed_at, zeroed_len;  // per op: the offset and size of its zeroed memory
     uint64_t zeroed = 0;
     for (const OpRef& op : plan.ops()) {
@@ -221,6 +221,7 @@ CudaBackend::CudaBackend(const Plan& plan, const BackendOptions& o) : plan_(plan
       if (side_on_ && side_kind(op)) side_scratch = std::max(side_scratch, p.scratch_bytes);
       act_quant_weights.insert(act_quant_weights.end(), p.act_quant_weights.begin(), p.act_quant_weights.end());
       weight_only_weights.insert(weight_only_weights.end(), p.weight_only_weights.begin(), p.weight_only_weights.end());
+      fp4_pair_weights.insert(fp4_pair_weights.end(), p.fp4_pair_weights.begin(), p.fp4_pair_weights.end());
     }
 
     weights_.plan_layout(plan);
@@ -234,6 +235,20 @@ CudaBackend::CudaBackend(const Plan& plan, const BackendOptions& o) : plan_(plan
           throw Error(plan.path() + ": weight " + std::to_string(id) + " (" + plan.weight_name(id) +
                       ") is read by act-quant and by weight-only kernels, which need different layouts on " + arch_);
       for (int id : act_quant_weights) weights_.set_tiled(id);
+    }
+    // The weight-only FP4 experts' tensor-core kernels read their codes in pair order (kernels/cuda/common.cuh
+    // fp4_pair_order), written at upload; where those kernels do not run, the experts stay row-major like any
+    // weight-only weight.
+    if (fp4_pair_order_on(arch_num(arch_))) {
+      std::vector<char> other(weights_.size(), 0);
+      for (int id : act_quant_weights) other[size_t(id)] = 1;
+      for (int id : weight_only_weights) other[size_t(id)] = 1;
+      for (int id : fp4_pair_weights)
+        if (other[size_t(id)])
+          throw Error(plan.path() + ": weight " + std::to_string(id) + " (" + plan.weight_name(id) +
+                      ") is read by the weight-only FP4 expert kernels, which need its codes in pair order, and by "
+                      "other kernels, which need them row-major");
+      for (int id : fp4_pair_weights) weights_.set_fp4_pairs(id);
     }
     int n_states = plan.fb().states() ? int(plan.fb().states()->size()) : 0;
     for (int s = 0; s < n_states; ++s) {

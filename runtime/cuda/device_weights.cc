@@ -97,6 +97,26 @@ void DeviceWeights::set_tiled(int id) {
   w.tiled = true;
 }
 
+void DeviceWeights::set_fp4_pairs(int id) {
+  DeviceWeight& w = w_.at(size_t(id));
+  if (w.fp4_pairs) return;
+  if (w.dtype != fb::DType::I8 || w.tiled || bytes_[size_t(id)] % 4)
+    throw Error("weight " + std::to_string(id) + ": FP4 pair order needs a row-major packed FP4 weight of whole words");
+  w.fp4_pairs = true;
+}
+
+void DeviceWeights::write_fp4_pairs(CudaBackend& backend) {
+  const int sms = std::max(backend.device().sms, 1);
+  for (size_t id = 0; id < w_.size(); ++id) {
+    if (!w_[id].fp4_pairs || !bytes_[id]) continue;
+    unsigned long long p = w_[id].ptr, words = bytes_[id] / 4;
+    void* args[] = {&p, &words};
+    backend.launch_own("smelt_fp4_pair_order",
+                       unsigned(std::min<uint64_t>((words + 255) / 256, uint64_t(sms) * 32)), 256, args);
+  }
+  check(driver().cuStreamSynchronize(backend.stream()), "writing the FP4 experts in pair order");
+}
+
 void DeviceWeights::upload(const Plan& plan, const std::string& model_dir, CudaBackend& backend) {
   Weights host = Weights::load(plan, model_dir, /*host_copies=*/false);
   allocate();
@@ -166,6 +186,7 @@ void DeviceWeights::upload(const Plan& plan, const std::string& model_dir, CudaB
     backend.launch_own("smelt_tile_weight", grid, 256, args);
     check(d.cuStreamSynchronize(backend.stream()), "repacking the weights");  // the staging buffer is reused
   }
+  write_fp4_pairs(backend);
 }
 
 void DeviceWeights::synthesize(const Plan& plan, uint64_t seed, CudaBackend& backend) {
@@ -221,6 +242,7 @@ void DeviceWeights::synthesize(const Plan& plan, uint64_t seed, CudaBackend& bac
     }
   }
   check(driver().cuStreamSynchronize(backend.stream()), "synthesizing the weights");
+  write_fp4_pairs(backend);  // random codes either way: the same kernels and launches as real weights
 }
 
 }  // namespace smelt::runtime::cuda

@@ -30,7 +30,8 @@ class DeviceWeights {
   // Allocates and fills from the checkpoint (`model_dir` "" = the plan's) or, with `seed`, synthetically
   // (kernels of the plan's "backend" family, launched by `backend`).
   // Weights marked by set_tiled are repacked into tile order on the GPU (kernels/linear/gemv.cuh wtile_off) by
-  // `backend`; synthetic weights are random codes in any order, so they are not.
+  // `backend`; synthetic weights are random codes in any order, so they are not. Weights marked by set_fp4_pairs
+  // are rewritten in pair order (kernels/cuda/common.cuh fp4_pair_order) in place, synthetic ones too.
   void upload(const Plan& plan, const std::string& model_dir, CudaBackend& backend);
   void synthesize(const Plan& plan, uint64_t seed, CudaBackend& backend);
 
@@ -38,6 +39,8 @@ class DeviceWeights {
   uint64_t weight_bytes(int id) const { return bytes_[size_t(id)]; }
   // After plan_layout: weight `id` (FP8 E4M3 [.., N, K] or packed FP4 I8 [.., N, K/2]) is kept in tile order.
   void set_tiled(int id);
+  // After plan_layout: weight `id` (packed FP4 I8, not tiled) holds its codes in pair order.
+  void set_fp4_pairs(int id);
   size_t size() const { return w_.size(); }
 
  private:
@@ -46,6 +49,7 @@ class DeviceWeights {
   uint64_t total_ = 0;
   CUdeviceptr base_ = 0;
   void allocate();
+  void write_fp4_pairs(CudaBackend& backend);  // every set_fp4_pairs weight: row-major -> pair order, in place
 };
 
 // Bytes per element of a dtype on the device (I8 packed FP4: 1 byte = 2 values).

@@ -35,6 +35,9 @@ struct DeviceWeight {
   std::vector<int64_t> shape;
   int id = -1;         // the plan's weight id
   bool tiled = false;  // in tile order (kernels/linear/gemv.cuh wtile_off): act-quant FP8 / FP4 weights on sm_89+
+  // FP4 codes in pair order (kernels/cuda/common.cuh fp4_pair_order): the weight-only experts' on the tensor-core
+  // kernels (sm_80+)
+  bool fp4_pairs = false;
 };
 
 class Launcher;  // the backend's services to launchers (below)
@@ -101,11 +104,17 @@ struct Prepare {
   // Quantized (FP8 / FP4) weights the op's act-quant kernels read (tile order on sm_89+) and those its weight-only
   // kernels read (row-major): plan weight ids.
   std::vector<int> act_quant_weights, weight_only_weights;
+  // FP4 expert weights that only the weight-only tensor-core expert kernels read (pair order where they run:
+  // fp4_pair_order_on)
+  std::vector<int> fp4_pair_weights;
 };
 
 // runtime/cuda/ops*.cc: one entry per op name of docs/ops.md. `prepare` may be called before any `run`.
 void prepare_op(const Plan& plan, const OpRef& op, int64_t max_rows, Prepare& out);
 void run_op(const OpLaunch& l);
+// Whether the weight-only FP4 experts run on the tensor-core kernels, which read their codes in pair order, on a
+// GPU of this arch (90 for sm_90): the backend writes Prepare::fp4_pair_weights so at load where this holds.
+bool fp4_pair_order_on(int arch);
 // Whether an op name has a cuda launcher (the compiler refuses plans with ops that have none).
 bool has_launcher(const std::string& op_name);
 // The comma-separated items of $var (the backend's and launchers' list-valued switches: SMELT_CUDA_SKIP_KERNELS, ...).

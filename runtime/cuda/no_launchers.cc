@@ -7,5 +7,6 @@ namespace smelt::runtime::cuda {
 void prepare_op(const Plan&, const OpRef& op, int64_t, Prepare&) { throw Error("no cuda launchers are built"); }
 void run_op(const OpLaunch&) { throw Error("no cuda launchers are built"); }
 bool has_launcher(const std::string&) { return false; }
+bool fp4_pair_order_on(int) { return false; }
 
 }  // namespace smelt::runtime::cuda

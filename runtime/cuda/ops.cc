@@ -74,6 +74,11 @@ bool mma_kernels(const OpLaunch& l, int min_arch) {
   static const bool on = !env_off("SMELT_CUDA_MMA");
   return on && decode_kernels() && l.arch >= min_arch;
 }
+bool mma_kernels_on(int arch, int min_arch) {
+  OpLaunch l;
+  l.arch = arch;
+  return mma_kernels(l, min_arch);
+}
 
 bool prefill_mma() {
   static const bool on = !env_off("SMELT_CUDA_PREFILL_MMA");
@@ -476,9 +481,22 @@ void run_experts(Ctx& c, bool routed) {
   };
   // V4.1 with the model's numerics: act quant, exact GEMMs, bf16 roundings. Under numerics = "fp32" the
   // reference runs plain fp32 on the dequantized weights (no act quant): the weight-only kernels below.
-  if (scaled)  // the act-quant kernels below read every expert's w1, w2, w3 in tile order (sm_89+), the others row-major
+  // The act-quant kernels below read every expert's w1, w2, w3 in tile order (sm_89+), the others row-major; the
+  // weight-only FP4 experts' tensor-core kernels (the ring, wo_mma, the ring pair with the shared expert) read the
+  // codes in pair order (kernels/cuda/common.cuh fp4_pair_order: half the decode instructions), so where they run
+  // (`pairs`) the CUDA-core kernels below must not take these weights.
+  const bool wo_fp4 = scaled && !detail::model_rounding(op) && std::string(f.fmt) == "fp4" && D % 32 == 0 && F % 32 == 0;
+  if (scaled)
     for (int e = 0; e < n_experts; ++e)
-      for (int j : {0, 2, 4}) c.reads(weight(l, size_t(e) * 6 + j), detail::model_rounding(op) != 0);
+      for (int j : {0, 2, 4}) {
+        const DeviceWeight* w = weight(l, size_t(e) * 6 + j);
+        if (wo_fp4) c.reads_fp4_pairs(w);
+        else c.reads(w, detail::model_rounding(op) != 0);
+      }
+  const bool pairs = wo_fp4 && detail::mma_kernels(l, 80);
+  if (!c.dry && pairs != w1->fp4_pairs)
+    c.fail(std::string("FP4 expert weights are ") + (w1->fp4_pairs ? "" : "not ") +
+           "in pair order but this launch's kernels " + (pairs ? "need" : "cannot read") + " it");
   if (scaled && detail::model_rounding(op)) {
     if (paired(89, 0)) return;
     if (rows == 1 && detail::mma_kernels(l, 89) && detail::try_experts_mma(c, el)) {  // tensor-core block sums
@@ -540,6 +558,10 @@ void run_experts(Ctx& c, bool routed) {
   if (scaled && paired(80, 1)) return;  // weight-only: the ring pair (sm_80+)
   if (!(scaled && detail::mma_kernels(l, 80) &&
         (detail::try_experts_wo_ring(c, el) || detail::try_experts_wo_mma(c, el)))) {  // else tensor cores
+    if (pairs)
+      c.fail("FP4 experts (dim " + std::to_string(D) + ", inter " + std::to_string(F) + ", " + std::to_string(RT) +
+             " slots): no weight-only tensor-core kernel takes this launch, and the CUDA-core ones cannot read the "
+             "weights in pair order");
     // One row: 1, 2 or 4 columns a warp with weight loads in flight, the same bits (kernels/moe/moe.cu *_r1);
     // SMELT_CUDA_DECODE_KERNELS=0 keeps the warp-per-column kernels.
     const bool r1 = rows == 1 && detail::decode_kernels();
@@ -891,6 +913,8 @@ void run_op(const OpLaunch& l) {
   Ctx c{l, false};
   run(c);
 }
+
+bool fp4_pair_order_on(int arch) { return detail::mma_kernels_on(arch, 80); }
 
 bool has_launcher(const std::string& name) {
   static const std::set<std::string> names = {

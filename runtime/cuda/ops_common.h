@@ -30,6 +30,10 @@ struct Ctx {
   void reads(const DeviceWeight* w, bool act_quant) {
     if (prep && w && w->id >= 0) (act_quant ? prep->act_quant_weights : prep->weight_only_weights).push_back(w->id);
   }
+  // Prepare: FP4 weight w is read only by the weight-only tensor-core expert kernels (pair order where they run).
+  void reads_fp4_pairs(const DeviceWeight* w) {
+    if (prep && w && w->id >= 0) prep->fp4_pair_weights.push_back(w->id);
+  }
 
   const OpRef& op() const { return *l.op; }
   [[noreturn]] void fail(const std::string& msg) const { l.plan->fail(*l.op, msg); }
@@ -140,6 +144,7 @@ bool decode_kernels();
 // $SMELT_CUDA_MMA=0 asks for the CUDA-core kernels, which give the cpu backend's bits exactly (the tensor-core
 // block sums are within a stated tolerance of them, not bit-identical: docs/performance.md "Tensor-core decode").
 bool mma_kernels(const OpLaunch& l, int min_arch);
+bool mma_kernels_on(int arch, int min_arch);  // mma_kernels for a launch on a GPU of `arch`
 // Chunks of several rows (prefill, draft verification) through the one-row-at-a-time tensor-core decode kernels:
 // the act-quant linears in groups of up to 8 rows, the act-quant experts a row at a time (unless
 // $SMELT_CUDA_PREFILL_MMA=0: the exact CUDA-core chunk kernels, for A/B timing).

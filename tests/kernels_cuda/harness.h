@@ -4,6 +4,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <random>
 #include <string>
@@ -132,6 +133,27 @@ inline std::vector<uint8_t> tile_order(const std::vector<uint8_t>& w, int64_t N,
     for (int64_t b = 0; b < RB / BB; ++b)
       for (int64_t i = 0; i < BB; ++i)
         t[size_t(m * N * RB + t0 * RB + b * nr * BB + (n - t0) * BB + i)] = w[size_t(row * RB + b * BB + i)];
+  }
+  return t;
+}
+
+// Row-major packed FP4 bytes -> pair order (the weight-only experts' layout, kernels/cuda/common.cuh fp4_pair_order,
+// written out here on its own as a table): in each little-endian 32-bit word, code i = j + 4h (j < 4, h < 2) puts its
+// magnitude bits b = 0, 1, 2 and its sign at the positions below (f16 pair j of e2m1_pairs_po, half h).
+inline std::vector<uint8_t> fp4_pair_order(const std::vector<uint8_t>& w) {
+  static const int kMag[8][3] = {{9, 10, 11},  {1, 2, 3},    {22, 21, 20}, {30, 29, 28},
+                                 {25, 26, 27}, {17, 18, 19}, {6, 5, 4},    {14, 13, 12}};
+  static const int kSign[8] = {15, 7, 16, 24, 31, 23, 0, 8};
+  std::vector<uint8_t> t(w.size());
+  for (size_t at = 0; at + 4 <= w.size(); at += 4) {
+    uint32_t v = 0, q = 0;
+    std::memcpy(&v, w.data() + at, 4);
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t n = (v >> (4 * i)) & 15u;
+      for (int b = 0; b < 3; ++b) q |= ((n >> b) & 1u) << kMag[i][b];
+      q |= (n >> 3) << kSign[i];
+    }
+    std::memcpy(t.data() + at, &q, 4);
   }
   return t;
 }

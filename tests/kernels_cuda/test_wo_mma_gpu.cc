@@ -201,12 +201,13 @@ struct Ring {
 };
 
 // E experts' w1 / w2 / w3 (row-major, as the weight-only kernels read them) and their ExpertW, each matrix's experts
-// 256-byte aligned one after another.
-ExpertW put_experts(std::vector<QW>& w1, std::vector<QW>& w2, std::vector<QW>& w3) {
+// 256-byte aligned one after another. pairs: FP4 codes in pair order, as the runtime writes them for the weight-only
+// tensor-core expert kernels (ring, wo_mma); the CUDA-core kernels read them as stored.
+ExpertW put_experts(std::vector<QW>& w1, std::vector<QW>& w2, std::vector<QW>& w3, bool pairs = false) {
   auto cat = [&](std::vector<QW>& v, bool scales, int64_t& stride) {
     std::vector<uint8_t> all;
     for (auto& q : v) {
-      const auto& b = scales ? q.s : q.w;
+      const auto& b = scales ? q.s : pairs && q.fp4 ? smelt::test_cuda::fp4_pair_order(q.w) : q.w;
       stride = int64_t(b.size() + 255) / 256 * 256;
       const size_t at = all.size();
       all.resize(at + size_t(stride));
@@ -234,7 +235,7 @@ void check_experts(bool fp4, int rows, int topk, int E, int D, int F, int blk, c
     w3.push_back(make_qw(fp4, F, D, blk, seed + 10 * e + 2));
     w2.push_back(make_qw(fp4, D, F, blk, seed + 10 * e + 3));
   }
-  const ExpertW ew = put_experts(w1, w2, w3);
+  const ExpertW ew = put_experts(w1, w2, w3), ewp = fp4 ? put_experts(w1, w2, w3, true) : ew;  // CUDA-core / tensor-core
   for (int e = 0; e < E; ++e) dequant(w1[e]), dequant(w2[e]), dequant(w3[e]);
   auto x = randn(size_t(rows) * D, seed, 1.f);
   const int RT = rows * topk;
@@ -253,19 +254,19 @@ void check_experts(bool fp4, int rows, int topk, int E, int D, int F, int blk, c
   const std::string up_ring = "smelt_moe_up_" + f + "_wo_ring", down_ring = "smelt_moe_down_" + f + "_wo_ring";
   if (ring.on)
     gpu().launch("moe", up_ring.c_str(), ring_grid(ring.grid_up, tiles_up, ring.s_up), 1, 1, 256, mma_smem_bytes(D, 2),
-                 dx, D, F, topk, didx, E, DevPtr(0), ew, blk, limit, 0, h, ring.s_up);
+                 dx, D, F, topk, didx, E, DevPtr(0), ewp, blk, limit, 0, h, ring.s_up);
   else
     gpu().launch("moe", ("smelt_moe_up_" + f + "_wo_mma").c_str(), 30, unsigned(RT), 1, 256,
-                 wo_smem(1, ks_up * cb_up), dx, D, F, topk, didx, E, ew, blk, limit, h, ks_up, cb_up);
+                 wo_smem(1, ks_up * cb_up), dx, D, F, topk, didx, E, ewp, blk, limit, h, ks_up, cb_up);
   gpu().launch("moe", ("smelt_moe_up_" + f).c_str(), unsigned((F + 7) / 8), unsigned(RT), 1, 256, 0, dx, D, F, topk,
                didx, E, ew, blk, limit, hc);
   auto hv = gpu().get<float>(h, size_t(RT) * F), hcv = gpu().get<float>(hc, size_t(RT) * F);
   if (ring.on)
     gpu().launch("moe", down_ring.c_str(), ring_grid(ring.grid_down, tiles_down, ring.s_down), 1, 1, 256,
-                 mma_smem_bytes(F, 2 * span), h, D, F, topk, didx, E, ew, blk, 0, 0, out, ring.s_down);
+                 mma_smem_bytes(F, 2 * span), h, D, F, topk, didx, E, ewp, blk, 0, 0, out, ring.s_down);
   else
     gpu().launch("moe", ("smelt_moe_down_" + f + "_wo_mma").c_str(), 30, unsigned(RT), 1, 256,
-                 wo_smem(1, ks_down * cb_down), h, D, F, topk, didx, E, ew, blk, out, ks_down, cb_down);
+                 wo_smem(1, ks_down * cb_down), h, D, F, topk, didx, E, ewp, blk, out, ks_down, cb_down);
   gpu().launch("moe", ("smelt_moe_down_" + f).c_str(), unsigned((D + 7) / 8), unsigned(RT), 1, 256, 0, h, D, F, topk,
                didx, E, ew, blk, outc);
   auto ov = gpu().get<float>(out, size_t(RT) * D), ocv = gpu().get<float>(outc, size_t(RT) * D);
@@ -313,6 +314,25 @@ void check_experts(bool fp4, int rows, int topk, int E, int D, int F, int blk, c
   EXPECT_LE(ed.rms(), std::ldexp(1.0, -21)) << "down: rms of |err| / mag";
   std::printf("  %s experts D %d F %d%s: worst/tol up %.3g down mma %.3g cuda-core %.3g, rms err/mag down %.3g\n",
               f.c_str(), D, F, ring.on ? " (ring)" : "", worst_h, ed.worst, edc.worst, ed.rms());
+}
+
+// The runtime's repack (kernels/backend/backend.cu smelt_fp4_pair_order, run at load on the weight-only FP4 experts)
+// writes the layout the expert tests give the tensor-core kernels (harness.h fp4_pair_order, its own table): random
+// words, and words holding every code at every nibble.
+TEST(WoMma, Fp4PairOrderAtLoadIsTheKernelsLayout) {
+  NEED_GPU();
+  std::mt19937 r(7);
+  std::vector<uint8_t> w(4 * 4099);
+  for (auto& b : w) b = uint8_t(r());
+  for (uint32_t i = 0; i < 16; ++i) {
+    uint32_t v = 0;
+    for (uint32_t k = 0; k < 8; ++k) v |= ((i + k) % 16) << (4 * k);
+    std::memcpy(w.data() + 4 * i, &v, 4);
+  }
+  const DevPtr d = gpu().put(w);
+  const unsigned long long words = w.size() / 4;
+  gpu().launch("backend", "smelt_fp4_pair_order", 5, 1, 1, 256, 0, d, words);
+  EXPECT_EQ(gpu().get<uint8_t>(d, w.size()), smelt::test_cuda::fp4_pair_order(w));
 }
 
 TEST(WoMma, ExpertsSmall) {
@@ -368,7 +388,7 @@ void check_ring_with_shared(int D, int F, int F2, const std::vector<int>& idx, i
   v1.push_back(make_qw(false, F2, D, 128, seed + 7001));
   v3.push_back(make_qw(false, F2, D, 128, seed + 7002));
   v2.push_back(make_qw(false, D, F2, 128, seed + 7003));
-  const ExpertW ew = put_experts(w1, w2, w3), ew2 = put_experts(v1, v2, v3);
+  const ExpertW ew = put_experts(w1, w2, w3, true), ew2 = put_experts(v1, v2, v3);  // the ring kernels' layouts
   DevPtr dx = gpu().put(randn(size_t(D), seed, 1.f)), didx = gpu().put(idx);
   const size_t nh = size_t(topk) * F;
   DevPtr h0 = gpu().alloc(nh * 4), h1 = gpu().alloc(nh * 4), g0 = gpu().alloc(size_t(F2) * 4),

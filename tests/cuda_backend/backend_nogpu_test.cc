@@ -353,3 +353,39 @@ TEST(CudaLaunchers, RoutedExpertsAskForSlotCounters) {
   EXPECT_GT(shared, 0);
 }
 #endif
+
+#if defined(SMELT_CUDA_TEST_PLAN_V41) && defined(SMELT_CUDA_TEST_PLAN_V41_FP32)
+// Which layout each expert weight asks for at load (Prepare, backend.cc): with the model's numerics the act-quant
+// kernels' (tile order on sm_89+); under --numerics fp32 the weight-only FP4 experts' tensor-core kernels' pair order
+// (kernels/cuda/common.cuh fp4_pair_order), never also row-major for another reader. Pair order only where those
+// kernels run (sm_80+).
+TEST(CudaLaunchers, WeightOnlyFp4ExpertsAskForPairOrder) {
+  EXPECT_TRUE(cuda::fp4_pair_order_on(80));
+  EXPECT_TRUE(cuda::fp4_pair_order_on(120));
+  EXPECT_FALSE(cuda::fp4_pair_order_on(75));
+  for (const bool fp32 : {false, true}) {
+    SCOPED_TRACE(fp32 ? "numerics fp32" : "model numerics");
+    smelt::runtime::Plan plan = smelt::runtime::Plan::load(fp32 ? SMELT_CUDA_TEST_PLAN_V41_FP32 : SMELT_CUDA_TEST_PLAN_V41);
+    std::vector<int> pairs, aq, wo, expert_w;
+    for (const auto& o : plan.ops()) {
+      cuda::Prepare p;
+      cuda::prepare_op(plan, o, plan.max_rows(), p);
+      pairs.insert(pairs.end(), p.fp4_pair_weights.begin(), p.fp4_pair_weights.end());
+      aq.insert(aq.end(), p.act_quant_weights.begin(), p.act_quant_weights.end());
+      wo.insert(wo.end(), p.weight_only_weights.begin(), p.weight_only_weights.end());
+      if (o.spec->kind == smelt::runtime::OpKind::MoeExperts && plan.fb().weights()->Get(o.weights[0])->dtype() ==
+                                                                      smelt::plan::DType::I8)
+        for (size_t j = 0; j < o.weights.size(); ++j)
+          if (j % 6 == 0 || j % 6 == 2 || j % 6 == 4) expert_w.push_back(o.weights[j]);
+    }
+    ASSERT_FALSE(expert_w.empty()) << "the plan has FP4 routed experts";
+    auto has = [](const std::vector<int>& v, int id) { return std::find(v.begin(), v.end(), id) != v.end(); };
+    for (int id : expert_w) {
+      EXPECT_EQ(has(pairs, id), fp32) << plan.weight_name(id);
+      EXPECT_EQ(has(aq, id), !fp32) << plan.weight_name(id);
+      EXPECT_FALSE(has(wo, id)) << plan.weight_name(id);
+    }
+    if (!fp32) EXPECT_TRUE(pairs.empty());
+  }
+}
+#endif

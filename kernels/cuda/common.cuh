@@ -158,35 +158,6 @@ __device__ __forceinline__ u64 l2_evict_first() {
   return p;
 }
 
-// Bytes [p, p + len) into the L2 (a hint: no result depends on it): one bulk prefetch on sm_90 (len rounded down to
-// 16 bytes, p 16-byte aligned), a line prefetch every 128 bytes before.
-__device__ __forceinline__ void l2_prefetch_range(const u8* p, u32 len) {
-#if __CUDA_ARCH__ >= 900
-  if (len >= 16) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(len & ~15u) : "memory");
-#else
-  for (u32 o = 0; o < len; o += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(p + o));
-#endif
-}
-
-// Up to four byte ranges (runtime/cuda/kernel_args.h L2Ranges), prefetched in `parts` equal shares of their
-// concatenation (16-byte multiples), share `part` by the calling thread, 64 KB a request.
-struct L2Ranges {
-  u64 p[4];
-  u64 n[4];
-};
-__device__ __forceinline__ void l2_prefetch_share(const L2Ranges& r, int part, int parts) {
-  const u64 total = r.n[0] + r.n[1] + r.n[2] + r.n[3];
-  if (total == 0 || parts < 1) return;
-  const u64 share = (total + u64(parts) * 16 - 1) / (u64(parts) * 16) * 16;
-  u64 b = u64(part) * share, e = b + share < total ? b + share : total, base = 0;
-  for (int i = 0; i < 4 && b < e; ++i) {
-    const u64 lo = b > base ? b : base, hi = e < base + r.n[i] ? e : base + r.n[i];
-    for (u64 o = lo; o < hi; o += 65536)
-      l2_prefetch_range(reinterpret_cast<const u8*>(r.p[i]) + (o - base), u32(hi - o < 65536 ? hi - o : 65536));
-    base += r.n[i];
-  }
-}
-
 // The same to a shared-space address with an L2 prefetch hint (the L2 fetches the aligned PF bytes, 64, 128 or 256,
 // around src; 0: none), issued only when ok (a predicate, not a branch: no reconvergence barrier).
 template <int PF>

@@ -170,13 +170,8 @@ __device__ __forceinline__ void route_stage(void* dst, const void* src, int n) {
 
 }  // namespace
 
-// pf (decode, one row; n all 0: none): weights the next ops read that this grid's blocks ask the L2 for, in shares,
-// before their wait (the shared expert's up: its weights are known, and the launch that reads them waits for the
-// routing, during which the HBM idles: runtime/cuda/ops.cc, $SMELT_CUDA_SHARED_PREFETCH).
-extern "C" __global__ void smelt_moe_gate_dots(const float* x, int D, const void* gate, int gdt, int E, float* s,
-                                               L2Ranges pf) {
+extern "C" __global__ void smelt_moe_gate_dots(const float* x, int D, const void* gate, int gdt, int E, float* s) {
   SMELT_KERNEL_PROLOGUE_WEIGHTS_FIRST();
-  if (threadIdx.x == 0) l2_prefetch_share(pf, int(blockIdx.x), int(gridDim.x));
   extern __shared__ __align__(16) unsigned char gd_sm[];
   const i64 r = blockIdx.y;
   const int warps = blockDim.x / 32, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -208,51 +203,6 @@ extern "C" __global__ void smelt_moe_gate_dots(const float* x, int D, const void
 
 constexpr int kRouteRegs = 16;  // experts a lane holds in registers for the picks (E <= 512)
 
-// The routed up's first weights into the L2, from the router (runtime/cuda/kernel_args.h RoutePrefetch, the host
-// mirror). The routed up is launched only once the routing has ended (it can do nothing before its experts are
-// known), so from the route select's end until the up's first copies land the HBM idles: the picks' gate and up
-// rows (w1, w3) and their scales are requested here instead. Items: (16-row tile or row, K segment of the up's split)
-// ranges of the codes, their first `bytes` (a 16-row tile's; a row's 1/16 of it), and the scale matrices in 16 KB
-// pieces; item i of pick t, matrix m is thread (i + ...) of the grid's blocks y. A hint only: nothing reads the
-// prefetched bytes but the up, through its own loads.
-struct RoutePrefetch {
-  u64 w[2];
-  i64 ws[2];
-  u64 s[2];
-  i64 ss[2];
-  int rows, row_bytes, nb, segs, tiled, bytes;
-};
-
-__device__ void route_prefetch(const RoutePrefetch& pf, const int* pick, int K) {
-  const int units = pf.tiled ? (pf.rows + 15) / 16 : pf.rows;
-  const i64 scale_bytes = i64(pf.rows) * pf.nb;
-  const int U = units * pf.segs, SC = int((scale_bytes + 16383) / 16384), per = U + SC;
-  const int total = K * 2 * per;
-  const int nthreads = int(gridDim.y * blockDim.x);
-  for (int i = int(blockIdx.y * blockDim.x + threadIdx.x); i < total; i += nthreads) {
-    const int t = i / (2 * per), r = i - t * 2 * per, m = r / per, it = r - m * per;
-    const int e = pick[t];
-    if (e < 0) continue;
-    if (it < U) {
-      const int u = it / pf.segs, sg = it - u * pf.segs;
-      const int b0 = int(i64(sg) * pf.nb / pf.segs), b1 = int(i64(sg + 1) * pf.nb / pf.segs);
-      const u8* w = reinterpret_cast<const u8*>(pf.w[m] + u64(e) * u64(pf.ws[m]));
-      if (pf.tiled) {  // tile order (tile_order_off): block b of the tile at b * its rows * 16 bytes
-        const int t0 = u * 16, nr = pf.rows - t0 < 16 ? pf.rows - t0 : 16;
-        const i64 len = i64(b1 - b0) * nr * 16;
-        l2_prefetch_range(w + i64(t0) * pf.row_bytes + i64(b0) * nr * 16, u32(len < pf.bytes ? len : pf.bytes));
-      } else {
-        const i64 len = i64(b1 - b0) * 16, want = (pf.bytes / 16 + 15) / 16 * 16;
-        l2_prefetch_range(w + i64(u) * pf.row_bytes + i64(b0) * 16, u32(len < want ? len : want));
-      }
-    } else {
-      const i64 off = i64(it - U) * 16384, left = scale_bytes - off;
-      l2_prefetch_range(reinterpret_cast<const u8*>(pf.s[m] + u64(e) * u64(pf.ss[m])) + off,
-                        u32(left < 16384 ? left : 16384));
-    }
-  }
-}
-
 // The warp's best (value v, expert b) under smelt_moe_route's order (larger value, equal values the lower expert;
 // b < 0: none), from each lane's own best: every lane ends with the same winner.
 __device__ __forceinline__ void route_argmax_warp(float& v, int& b) {
@@ -266,7 +216,7 @@ __device__ __forceinline__ void route_argmax_warp(float& v, int& b) {
 extern "C" __global__ void smelt_moe_route_select(const float* dots, int E, const void* bias, int bdt,
                                                   const void* tid2eid, int t64, i64 vocab, const i32* ids, int K,
                                                   int scoring, int norm_topk_prob, float route_scale, float gate_temp,
-                                                  float* weights, i32* idx, RoutePrefetch pf) {
+                                                  float* weights, i32* idx) {
   SMELT_KERNEL_PROLOGUE_WEIGHTS_FIRST();
   extern __shared__ float sh[];
   float* s = sh;
@@ -361,9 +311,7 @@ extern "C" __global__ void smelt_moe_route_select(const float* dots, int E, cons
     }
   }
   __syncthreads();
-  // Blocks y > 0 (pf.bytes > 0) made the same picks from the same inputs only to spread the prefetch over SMs.
-  if (pf.bytes > 0) route_prefetch(pf, pick, K);
-  if (threadIdx.x != 0 || blockIdx.y != 0) return;
+  if (threadIdx.x != 0) return;
   i32* ri = idx + r * K;
   float* rwt = weights + r * K;
   float sum = 0.f;

@@ -604,7 +604,6 @@ void CudaBackend::plan_side_stream() {
   plan_fusions();
   plan_seams();
   plan_attn_tails();
-  plan_route_prefetch();
   side_plan_ = smelt::runtime::cuda::plan_side_stream(access_);
   if (!env_is("SMELT_CUDA_SIDE_ROOTS", "1")) no_side_roots(side_plan_, access_);  // =1: as before (A/B)
   check_seams();
@@ -739,21 +738,6 @@ void CudaBackend::check_seams() {
     }
   }
   seams_ = kept;
-}
-
-// Each moe_route op's moe_experts reader (OpLaunch::route_experts): the first later op whose routing weights and
-// picks are the route's two outputs, found before the arena reuses those bytes (ops in program order).
-void CudaBackend::plan_route_prefetch() {
-  for (size_t k = 0; k < ops_.size(); ++k) {
-    OpLaunch& r = ops_[k];
-    if (r.op->spec->kind != OpKind::MoeRoute || !r.out[0] || !r.out[1]) continue;
-    for (size_t j = k + 1; j < ops_.size(); ++j) {
-      const OpLaunch& e = ops_[j];
-      if (e.op->spec->kind != OpKind::MoeExperts) continue;
-      if (e.in[1] == r.out[0] && e.in[2] == r.out[1]) r.route_experts = &e;
-      break;
-    }
-  }
 }
 
 // Pairs of ops whose kernels one launch may run (OpLaunch::fuse_shared): a main-stream moe_experts op and the

@@ -184,7 +184,6 @@ class CudaBackend final : public Launcher {
   void plan_fusions();  // OpLaunch::fuse_shared pairs (called by plan_side_stream before its schedule)
   void plan_seams();   // OpLaunch::seam_collapse groups (plan_side_stream, before its schedule)
   void plan_attn_tails();  // OpLaunch::tail_kv / tail_rope (plan_side_stream, before its schedule)
-  void plan_route_prefetch();  // OpLaunch::route_experts
   void check_seams();  // ... both undone where a side op launched inside the group conflicts with its later ops
   size_t next_main(size_t k) const;             // the first main-stream op after op k
   void fold_access(size_t head, size_t later);  // op `later`'s ranges into op `head`'s (it runs them in its launch)

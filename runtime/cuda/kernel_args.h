@@ -32,25 +32,6 @@ struct ExpertW {
   DevPtr slot_done = 0;
 };
 
-// kernels/moe/moe_decode.cu RoutePrefetch: the routed up's first weights that smelt_moe_route_select's blocks ask the
-// L2 for once the picks exist (bytes 0: none). w / s: expert 0's gate and up codes (w1, w3) and scales (s1, s3), ws /
-// ss their strides an expert; rows F, row_bytes K / 2, nb K / 32, segs the up's K split, tiled the codes' tile order;
-// bytes: of each (16-row tile, K segment) range.
-struct RoutePrefetch {
-  uint64_t w[2] = {};
-  int64_t ws[2] = {};
-  uint64_t s[2] = {};
-  int64_t ss[2] = {};
-  int32_t rows = 0, row_bytes = 0, nb = 0, segs = 1, tiled = 0, bytes = 0;
-};
-static_assert(sizeof(RoutePrefetch) == 88, "RoutePrefetch: the kernel's layout");
-
-// kernels/cuda/common.cuh L2Ranges: up to four byte ranges a kernel asks the L2 for (n 0: unused).
-struct L2Ranges {
-  DevPtr p[4] = {};
-  uint64_t n[4] = {};
-};
-
 // RoPE inverse frequencies by value.
 struct InvFreq {
   float v[256] = {};

@@ -76,9 +76,6 @@ struct OpLaunch {
   // split_attention decides per run); those ops then find `seam_done` set and launch nothing.
   OpLaunch* tail_kv = nullptr;
   OpLaunch* tail_rope = nullptr;
-  // A moe_route op's moe_experts reader of its picks (backend.cc plan_route_prefetch): the route select's blocks ask
-  // the L2 for that op's first up weights (ops.cc route_prefetch, $SMELT_CUDA_ROUTE_PREFETCH).
-  const OpLaunch* route_experts = nullptr;
   Launcher* backend = nullptr;
   int sms = 0;                           // the GPU's multiprocessors (sizes persistent grids; 0 = unknown)
   int arch = 0;                          // the loaded cubins' arch, 90 for sm_90 (picks arch-only kernels; 0 = unknown)

@@ -9,7 +9,6 @@
 #include <set>
 
 #include "runtime/cpu/backend.h"
-#include "runtime/cuda/device_weights.h"
 #include "runtime/cuda/ops_common.h"
 #include "runtime/cuda/side_stream.h"
 #include "runtime/cuda/ops_mma.h"
@@ -211,61 +210,6 @@ struct U64Pack {
 
 using detail::is_round;
 
-// $var as a non-negative integer, else `dflt` (tuning switches).
-int env_count(const char* var, int dflt) {
-  const char* v = std::getenv(var);
-  if (!v || !*v) return dflt;
-  char* end = nullptr;
-  const long n = std::strtol(v, &end, 10);
-  return end && *end == 0 && n >= 0 && n < (1 << 30) ? int(n) : dflt;
-}
-
-bool expert_bases(const OpLaunch& l, int n_experts, bool scaled, ExpertW& ew);
-
-// The shared expert's up weights (w1, s1, w3, s3 of the swiglu_mlp paired with the moe_experts op `x`, which the
-// routed up's launch runs: ops.cc run_experts) for the gate dots' blocks to request before their wait, one row;
-// none unless $SMELT_CUDA_SHARED_PREFETCH=1.
-L2Ranges shared_prefetch(const Ctx& c, const OpLaunch& x) {
-  static const bool on = env_is("SMELT_CUDA_SHARED_PREFETCH", "1");
-  L2Ranges r{};
-  if (!on || c.dry || c.l.rows != 1 || !x.fuse_shared || !x.fuse_shared->op->scaled) return r;
-  const int kinds[4] = {0, 1, 4, 5};
-  for (int j = 0; j < 4; ++j) {
-    const DeviceWeight* w = weight(*x.fuse_shared, size_t(kinds[j]));
-    if (!w) return L2Ranges{};
-    uint64_t n = device_elem_bytes(w->dtype);
-    for (int64_t d : w->shape) n *= uint64_t(d);
-    r.p[j] = ptr(w), r.n[j] = n;
-  }
-  return r;
-}
-
-// The routed up's first weights for the route select to request (kernels/moe/moe_decode.cu RoutePrefetch): the
-// moe_experts op `x` reading the picks, its FP4 experts evenly spaced (no address table: the table is written by the
-// experts' own launch), one row; bytes 0 (nothing requested) otherwise. $SMELT_CUDA_ROUTE_PREFETCH: bytes of each
-// (16-row tile, K segment) range (0: off).
-RoutePrefetch route_prefetch(const Ctx& c, const OpLaunch& x) {
-  static const int bytes = env_count("SMELT_CUDA_ROUTE_PREFETCH", 0) / 16 * 16;
-  RoutePrefetch pf{};
-  const OpRef& op = *x.op;
-  if (bytes <= 0 || c.dry || c.l.rows != 1 || !op.scaled) return pf;
-  const DeviceWeight *w1 = weight(x, 0), *s1 = weight(x, 1), *w3 = weight(x, 4), *s3 = weight(x, 5);
-  if (!w1 || !s1 || !w3 || !s3 || w1->shape.size() != 2 || w1->tiled != w3->tiled) return pf;
-  const detail::LinearW f = detail::linear_format(c, w1, s1, "w1");
-  if (std::string(f.fmt) != "fp4") return pf;
-  const int n_experts = int(op.i("n_experts")), D = int(x.in_w[0]), F = int(w1->shape[0]);
-  if (D % 32 || F < 1 || n_experts < 1) return pf;
-  ExpertW ew{};
-  if (!expert_bases(x, n_experts, true, ew)) return pf;
-  const detail::ExpertsLaunch a{0, 0, 0, 0, 0, ew, D, F, int(op.i("topk")), n_experts, f, 0.f, true, false};
-  pf.w[0] = ew.base[0], pf.ws[0] = ew.stride[0], pf.s[0] = ew.base[1], pf.ss[0] = ew.stride[1];
-  pf.w[1] = ew.base[4], pf.ws[1] = ew.stride[4], pf.s[1] = ew.base[5], pf.ss[1] = ew.stride[5];
-  pf.rows = F, pf.row_bytes = D / 2, pf.nb = D / 32, pf.tiled = w1->tiled;
-  pf.segs = detail::routed_up_split(x, a, detail::model_rounding(op) != 0);
-  pf.bytes = bytes;
-  return pf;
-}
-
 // Whether rows of len values take the register norm kernels (smelt_rms_norm_regs, smelt_hc_collapse_norm: up to 8
 // values a thread, weights loaded before the dependent-launch wait; the same bits as smelt_rms_norm at the same block).
 bool rms_norm_regs(int len) {
@@ -333,12 +277,13 @@ bool split_attention(Ctx& c, const AttnArgs& a) {
   return true;
 }
 
-// Expert j's address of each weight kind (j: 0 w1, 1 s1, 2 w2, 3 s2, 4 w3, 5 s3) of the experts op l in
-// ew.base / ew.stride (expert 0's and the step between experts 0 and 1); true when every expert lies at base + e *
-// stride (the kernels then need no address table).
-bool expert_bases(const OpLaunch& l, int n_experts, bool scaled, ExpertW& ew) {
+// Expert weights as the kernels address them: base + e * stride when evenly spaced, else a table of device
+// addresses written into scratch by smelt_write_u64 (captured with the graph).
+ExpertW expert_weights(Ctx& c, int n_experts, bool scaled) {
+  ExpertW ew{};
+  const OpLaunch& l = c.l;
   const int per = scaled ? 6 : 3;
-  auto at = [&](int e, int j) -> DevPtr {
+  auto at = [&](int e, int j) -> DevPtr {  // j: 0 w1, 1 s1, 2 w2, 3 s2, 4 w3, 5 s3
     if (!scaled && (j & 1)) return 0;
     const DeviceWeight* w = weight(l, size_t(e) * per + (scaled ? j : j / 2));
     return ptr(w);
@@ -349,20 +294,6 @@ bool expert_bases(const OpLaunch& l, int n_experts, bool scaled, ExpertW& ew) {
     ew.stride[j] = n_experts > 1 ? int64_t(at(1, j) - at(0, j)) : 0;
     for (int e = 2; e < n_experts && even; ++e) even = at(e, j) == at(0, j) + uint64_t(e) * uint64_t(ew.stride[j]);
   }
-  return even;
-}
-
-// Expert weights as the kernels address them: base + e * stride when evenly spaced, else a table of device
-// addresses written into scratch by smelt_write_u64 (captured with the graph).
-ExpertW expert_weights(Ctx& c, int n_experts, bool scaled) {
-  ExpertW ew{};
-  const OpLaunch& l = c.l;
-  const int per = scaled ? 6 : 3;
-  auto at = [&](int e, int j) -> DevPtr {  // the table's entries, as expert_bases reads them
-    if (!scaled && (j & 1)) return 0;
-    return ptr(weight(l, size_t(e) * per + (scaled ? j : j / 2)));
-  };
-  const bool even = expert_bases(l, n_experts, scaled, ew);
   const uint64_t n = uint64_t(n_experts) * 6;
   if (c.dry) {
     c.scratch(n * 8);  // reserve the table in any case: the layout is only known at run time
@@ -829,17 +760,12 @@ void run_v4(Ctx& c) {
       const int gwarps = dots_smem(2) <= 96 * 1024 ? 2 : 1;
       if (detail::decode_kernels() && dots_smem(gwarps) <= 96 * 1024 && (3 * E + K) * 4 <= 48 * 1024) {
         const DevPtr dots = c.scratch(uint64_t(rows) * E * 4);
-        const L2Ranges spf = l.route_experts ? shared_prefetch(c, *l.route_experts) : L2Ranges{};
         c.go("smelt_moe_gate_dots", cdiv(E, gwarps), R, 1, unsigned(32 * gwarps), dots_smem(gwarps), l.in[0], D,
-             ptr(gate), detail::float_dt(c, gate, "gate"), E, dots, spf);
-        // With a prefetch, blocks y > 0 make the same picks and only spread its requests over more SMs
-        // ($SMELT_CUDA_ROUTE_PREFETCH_BLOCKS, default 32).
-        const RoutePrefetch pf = l.route_experts ? route_prefetch(c, *l.route_experts) : RoutePrefetch{};
-        static const int pblocks = std::max(1, env_count("SMELT_CUDA_ROUTE_PREFETCH_BLOCKS", 32));
-        c.go("smelt_moe_route_select", R, pf.bytes > 0 ? unsigned(pblocks) : 1u, 1, 256, unsigned((3 * E + K) * 4), dots,
-             E, ptr(bias), detail::float_dt(c, bias, "bias"), ptr(t2e), t64, vocab, l.in[1], K, scoring,
+             ptr(gate), detail::float_dt(c, gate, "gate"), E, dots);
+        c.go("smelt_moe_route_select", R, 1, 1, 256, unsigned((3 * E + K) * 4), dots, E, ptr(bias),
+             detail::float_dt(c, bias, "bias"), ptr(t2e), t64, vocab, l.in[1], K, scoring,
              int(op.i("norm_topk_prob") != 0), float(op.f("route_scale")), float(detail::attr_f(op, "gate_temp", 1.0)),
-             l.out[0], l.out[1], pf);
+             l.out[0], l.out[1]);
         break;
       }
       c.go("smelt_moe_route", R, 1, 1, 256, unsigned(2 * E * 4), l.in[0], int(l.in_w[0]), ptr(gate),

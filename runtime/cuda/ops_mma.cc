@@ -162,11 +162,6 @@ WgSplit wg_split(const ExpertsLaunch& a, unsigned blocks) {
   return r;
 }
 
-int routed_up_split(const OpLaunch& l, const ExpertsLaunch& a, bool model) {
-  const unsigned blocks = blocks_or(gemv_blocks(l));
-  return model && wgmma_experts(l, a.f) ? wg_split(a, blocks).s_up : sync_split(a, blocks).s_up;
-}
-
 // The routed experts' ExpertW for the launches that do not take the slot counters (run_experts) unless
 // $SMELT_CUDA_SLOT_WAIT=all: the wgmma ones and the pairs. The ring and mma.sync launches pass a.ew as it is. H200,
 // V4.1 slice, session 27, alternating rounds: after the weight-only ring up (the sm_80 path) the early down gains,

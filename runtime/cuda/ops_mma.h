@@ -16,9 +16,6 @@ bool try_linear_mma(Ctx& c, DevPtr x, DevPtr y, const LinearW& f, DevPtr w, DevP
 // row count, so that prepare and run carve alike; 0 off sm_90, where the prepare could not know the arch, it carves).
 DevPtr wgmma_linear_zeroed(Ctx& c, const LinearW& f, int K, int N);
 
-// The K split the one-row routed up of launch `a` takes (the wgmma kernels' on sm_90 with the model's numerics,
-// `model`, else the mma.sync / weight-only ring kernels'): what ops.cc route_prefetch requests first.
-int routed_up_split(const OpLaunch& l, const ExpertsLaunch& a, bool model);
 // The V4.1 expert FFN of one row with the model's numerics (run_experts): up and down; swiglu_mlp's down kernel
 // applies the op's bf16 round (`a.round`).
 bool try_experts_mma(Ctx& c, const ExpertsLaunch& a);

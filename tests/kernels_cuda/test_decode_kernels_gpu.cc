@@ -24,8 +24,6 @@ using smelt::test_cuda::DevPtr;
 using smelt::runtime::cuda::AttnArgs;
 using smelt::runtime::cuda::ExpertW;
 using smelt::runtime::cuda::InvFreq;
-using smelt::runtime::cuda::L2Ranges;
-using smelt::runtime::cuda::RoutePrefetch;
 using smelt::test_cuda::Gpu;
 using smelt::test_cuda::e8m0_codes;
 using smelt::test_cuda::fp8_codes;
@@ -746,11 +744,9 @@ TEST(CudaDecodeKernels, SplitRouterEqualsTheOneBlockRouter) {
                      DevPtr(0), 0, int64_t(0), ids, K, scoring, 1, 2.5f, 1.0f, w0, i0);
         // The runtime's launch: 2 warps a block, their gate rows and the x row in shared memory.
         const unsigned gsm = unsigned((2 * D * (gdt ? 2 : 4) + 15) / 16 * 16 + D * 4);
-        gpu().launch("moe", "smelt_moe_gate_dots", (E + 1) / 2, rows, 1, 64, gsm, dx, D, dg, gdt, E, dots,
-                     L2Ranges{});
+        gpu().launch("moe", "smelt_moe_gate_dots", (E + 1) / 2, rows, 1, 64, gsm, dx, D, dg, gdt, E, dots);
         gpu().launch("moe", "smelt_moe_route_select", rows, 1, 1, 256, unsigned((3 * E + K) * 4), dots, E, db, 0, DevPtr(0), 0,
-                     int64_t(0), ids, K, scoring, 1, 2.5f, 1.0f, w1, i1,
-                     RoutePrefetch{});
+                     int64_t(0), ids, K, scoring, 1, 2.5f, 1.0f, w1, i1);
         auto a = gpu().get<int32_t>(i0, rows * K), b = gpu().get<int32_t>(i1, rows * K);
         EXPECT_EQ(a, b) << "scoring " << scoring;
         auto wa = gpu().get<float>(w0, rows * K), wb = gpu().get<float>(w1, rows * K);

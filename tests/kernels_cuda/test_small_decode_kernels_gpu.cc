@@ -21,8 +21,6 @@
 namespace {
 
 using smelt::runtime::cuda::InvFreq;
-using smelt::runtime::cuda::L2Ranges;
-using smelt::runtime::cuda::RoutePrefetch;
 using smelt::test_cuda::DevPtr;
 using smelt::test_cuda::gpu;
 using smelt::test_cuda::bf16_bits;
@@ -265,20 +263,6 @@ unsigned gate_dots_smem(int warps, int D, int gsz) {
   return unsigned((int64_t(warps) * D * gsz + 15) / 16 * 16 + int64_t(D) * 4);
 }
 
-// A RoutePrefetch over experts of kPrefetchExpertBytes each at `base`: w1, s1, w3, s3 of F 64 rows, K 256, the up's K
-// split 2 (small, so that the test allocates little; the kernel's address arithmetic is the same at any size).
-constexpr int kPrefetchF = 64, kPrefetchK = 256;
-constexpr size_t kPrefetchExpertBytes = 2 * (kPrefetchF * kPrefetchK / 2 + kPrefetchF * kPrefetchK / 32);
-RoutePrefetch route_prefetch_of(DevPtr base, int tiled) {
-  RoutePrefetch pf;
-  const int64_t wb = kPrefetchF * kPrefetchK / 2, sb = kPrefetchF * kPrefetchK / 32;
-  pf.w[0] = base, pf.s[0] = base + wb, pf.w[1] = base + wb + sb, pf.s[1] = base + 2 * wb + sb;
-  for (int m = 0; m < 2; ++m) pf.ws[m] = pf.ss[m] = int64_t(kPrefetchExpertBytes);
-  pf.rows = kPrefetchF, pf.row_bytes = kPrefetchK / 2, pf.nb = kPrefetchK / 32, pf.segs = 2, pf.tiled = tiled;
-  pf.bytes = 512;
-  return pf;
-}
-
 TEST(CudaSmallDecodeKernels, StagedRouterEqualsTheOneBlockRouter) {
   NEED_GPU();
   const int K = 6, vocab = 50;
@@ -300,8 +284,6 @@ TEST(CudaSmallDecodeKernels, StagedRouterEqualsTheOneBlockRouter) {
           std::vector<int64_t> t2e64(t2e.begin(), t2e.end());
           DevPtr dt32 = gpu().put(t2e), dt64 = gpu().put(t2e64);
           DevPtr ids = gpu().put(std::vector<int32_t>{7, -1, 49});
-          // Expert weights for the prefetch variant to point at (never read back: a prefetch changes no result).
-          const DevPtr experts = gpu().alloc(size_t(E) * kPrefetchExpertBytes);
           for (int mode = 0; mode < 4; ++mode) {  // 0 bias, 1 no bias, 2 tid2eid i32, 3 tid2eid i64
             for (int scoring : {0, 1, 2}) {
               const DevPtr bias_p = mode == 0 ? db : DevPtr(0), t2e_p = mode == 2 ? dt32 : mode == 3 ? dt64 : DevPtr(0);
@@ -311,30 +293,15 @@ TEST(CudaSmallDecodeKernels, StagedRouterEqualsTheOneBlockRouter) {
                      i1 = gpu().alloc(rows * K * 4), dots = gpu().alloc(size_t(rows) * E * 4);
               gpu().launch("moe", "smelt_moe_route", rows, 1, 1, 256, unsigned(2 * E * 4), dx, D, dg, gdt, E, bias_p, 0,
                            t2e_p, t64, int64_t(vocab), ids, K, scoring, 1, 2.5f, temp, w0, i0);
-              // The gate dots with (warps 2) and without a prefetch of the expert buffer: the same dots (the routes
-              // below compare them).
-              L2Ranges gpf{};
-              if (warps == 2) gpf.p[0] = experts, gpf.n[0] = size_t(E) * kPrefetchExpertBytes - 40;
               gpu().launch("moe", "smelt_moe_gate_dots", cdiv(E, warps), rows, 1, 32 * warps,
-                           gate_dots_smem(warps, D, gsz), dx, D, dg, gdt, E, dots, gpf);
+                           gate_dots_smem(warps, D, gsz), dx, D, dg, gdt, E, dots);
               gpu().launch("moe", "smelt_moe_route_select", rows, 1, 1, 256, unsigned((3 * E + K) * 4), dots, E, bias_p,
-                           0, t2e_p, t64, int64_t(vocab), ids, K, scoring, 1, 2.5f, temp, w1, i1, RoutePrefetch{});
+                           0, t2e_p, t64, int64_t(vocab), ids, K, scoring, 1, 2.5f, temp, w1, i1);
               const std::string what = "E " + std::to_string(E) + " D " + std::to_string(D) + " gdt " +
                                        std::to_string(gdt) + " warps " + std::to_string(warps) + " mode " +
                                        std::to_string(mode) + " scoring " + std::to_string(scoring);
               EXPECT_EQ(gpu().get<int32_t>(i1, rows * K), gpu().get<int32_t>(i0, rows * K)) << what;
               expect_bits_equal(gpu().get<float>(w1, rows * K), gpu().get<float>(w0, rows * K), what + " weights");
-              // With the up's weights prefetched by 3 blocks (tile order and row-major): the same picks and weights.
-              if (warps == 2 && D == 5120)
-                for (int tiled : {1, 0}) {
-                  const RoutePrefetch pf = route_prefetch_of(experts, tiled);
-                  DevPtr w2 = gpu().alloc(rows * K * 4), i2 = gpu().alloc(rows * K * 4);
-                  gpu().launch("moe", "smelt_moe_route_select", rows, 3, 1, 256, unsigned((3 * E + K) * 4), dots, E,
-                               bias_p, 0, t2e_p, t64, int64_t(vocab), ids, K, scoring, 1, 2.5f, temp, w2, i2, pf);
-                  EXPECT_EQ(gpu().get<int32_t>(i2, rows * K), gpu().get<int32_t>(i0, rows * K)) << what << " prefetch";
-                  expect_bits_equal(gpu().get<float>(w2, rows * K), gpu().get<float>(w0, rows * K),
-                                    what + " prefetch weights");
-                }
             }
           }
         }
@@ -354,10 +321,9 @@ TEST(CudaSmallDecodeKernels, StagedRouterWithNanScores) {
          i1 = gpu().alloc(rows * K * 4), dots = gpu().alloc(size_t(rows) * E * 4);
   gpu().launch("moe", "smelt_moe_route", rows, 1, 1, 256, unsigned(2 * E * 4), dx, D, dg, 0, E, db, 0, DevPtr(0), 0,
                int64_t(0), ids, K, 0, 1, 2.5f, 1.0f, w0, i0);
-  gpu().launch("moe", "smelt_moe_gate_dots", E / 2, rows, 1, 64, gate_dots_smem(2, D, 4), dx, D, dg, 0, E, dots,
-               L2Ranges{});
+  gpu().launch("moe", "smelt_moe_gate_dots", E / 2, rows, 1, 64, gate_dots_smem(2, D, 4), dx, D, dg, 0, E, dots);
   gpu().launch("moe", "smelt_moe_route_select", rows, 1, 1, 256, unsigned((3 * E + K) * 4), dots, E, db, 0, DevPtr(0),
-               0, int64_t(0), ids, K, 0, 1, 2.5f, 1.0f, w1, i1, RoutePrefetch{});
+               0, int64_t(0), ids, K, 0, 1, 2.5f, 1.0f, w1, i1);
   EXPECT_EQ(gpu().get<int32_t>(i1, rows * K), gpu().get<int32_t>(i0, rows * K));
   expect_bits_equal(gpu().get<float>(w1, rows * K), gpu().get<float>(w0, rows * K), "weights");
 }

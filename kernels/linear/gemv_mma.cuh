@@ -77,6 +77,10 @@ constexpr int kMmaWarps = 8;  // block of 256 threads
 // a stage
 #define SMELT_MMA_FP4_PAIR_STAGES 8
 #endif
+#ifndef SMELT_MMA_WO_PAIR_STAGES
+// the same for the weight-only ring's FP4 gate and up (pair order; 8 or 16: its launches size the whole 8 KB ring)
+#define SMELT_MMA_WO_PAIR_STAGES SMELT_MMA_FP4_PAIR_STAGES
+#endif
 #ifndef SMELT_MMA_FULL_GROUPS
 // a group of blocks wholly inside the segment consumed without a bound check per block, so that the compiler can
 // interleave their loads, conversions and MMAs (with a check between blocks each block's two HMMAs and fold ran
@@ -487,7 +491,7 @@ struct MmaSegment {
   static constexpr int SB = NW * 16 * (FP4 ? 16 : 32);  // bytes of a stage (one 32-block of 16 rows x NW)
   // Stages: as many as the ring holds, at most 16 (a power of two: the ring slot wraps by a mask); 8 for two
   // FP4 matrices, whose unrolled ring would otherwise push the scale registers to local memory.
-  static constexpr int DMAX = FP4 && NW == 2 ? SMELT_MMA_FP4_PAIR_STAGES : 16;
+  static constexpr int DMAX = FP4 && NW == 2 ? (Po ? SMELT_MMA_WO_PAIR_STAGES : SMELT_MMA_FP4_PAIR_STAGES) : 16;
   static constexpr int D = kMmaRingBytes / SB < DMAX ? kMmaRingBytes / SB : DMAX;
   static_assert((D & (D - 1)) == 0 && D >= 4, "D: a power of two of at least one group");
   // FP4: the scale words through a ring in shared memory (see scsrc below) where the warp's scale area holds it

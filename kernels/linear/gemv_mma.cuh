@@ -78,7 +78,8 @@ constexpr int kMmaWarps = 8;  // block of 256 threads
 #define SMELT_MMA_FP4_PAIR_STAGES 8
 #endif
 #ifndef SMELT_MMA_WO_PAIR_STAGES
-// the same for the weight-only ring's FP4 gate and up (pair order; 8 or 16: its launches size the whole 8 KB ring)
+// the same for the weight-only ring's two-matrix FP4 segments (pair order: the gate + up, the down's two tiles a warp;
+// 8 or 16: its launches size the whole 8 KB ring)
 #define SMELT_MMA_WO_PAIR_STAGES SMELT_MMA_FP4_PAIR_STAGES
 #endif
 #ifndef SMELT_MMA_FULL_GROUPS

@@ -124,7 +124,8 @@ const std::vector<KernelKnob>& kernel_knobs() {
       {"SMELT_MMA_HL_CHAIN", "weight-only FP4 ring (the sm_80 path's experts): four blocks a chain in 2 or 1 "
                              "accumulators, or one block a fold (0)"},
       {"SMELT_MMA_AQ_CHAIN", "act-quant FP4 experts on mma.sync (sm_89 / sm_120): the same chains (2, 1) or none (0)"},
-      {"SMELT_MMA_WO_PAIR_STAGES", "weight-only FP4 ring (the sm_80 path's experts): ring stages of its two-matrix segments, the gate + up and the down's two tiles a warp (8 or 16)"},
+      {"SMELT_MMA_WO_PAIR_STAGES", "weight-only FP4 ring (the sm_80 path's experts): ring stages of its two-matrix "
+                                   "segments, the gate + up and the down's two tiles a warp (8 or 16)"},
       {"SMELT_MMA_FP4_SMEM_SCALES", "FP4 scale words through a shared-memory ring (1) or registers (0)"},
       {"SMELT_MMA_FULL_GROUPS", "tensor-core rings: whole groups without a bound check a block (1) or with (0)"},
       {"SMELT_MMA_L2PF", "L2 prefetch hint of the tensor-core rings' weight copies in bytes (0, 64, 128, 256)"},

@@ -757,9 +757,10 @@ struct MmaSegment {
     const float xs0 = xsl[b * 8], xs1 = NC == 2 ? xsl[b * 8 + 1] : 0.f;
     if constexpr (FP4) {
       // f16 MMAs straight from the nibbles: wo_e2m1_pairs gives the weights as f16 * 2^-14 in four instructions a
-      // pair (e2m1_pairs_po: under two, from words in pair order) (the E4M3 route cost a 6-instruction lookup per four values plus sm_90's f16 conversions of both
-      // fragments); the activations' E4M3 codes are exact in f16. The block sum is c * 2^14: folded into the
-      // activation scale (both powers of two: the same rounding as (bsum * xs) * ws).
+      // pair, e2m1_pairs_po in under two from words in pair order (the E4M3 route cost a 6-instruction lookup per
+      // four values plus sm_90's f16 conversions of both fragments); the activations' E4M3 codes are exact in f16.
+      // The block sum is c * 2^14: folded into the activation scale (both powers of two: the same rounding as
+      // (bsum * xs) * ws).
       const u32 xb[4] = {xv.x, xv.y, xv.z, xv.w};  // staged pre-paired (kStageF16Paired)
       const float xf0 = __fmul_rn(xs0, 16384.f), xf1 = __fmul_rn(xs1, 16384.f);
       float ws[2 * NW];

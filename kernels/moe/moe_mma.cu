@@ -14,8 +14,9 @@
 // compute (V4 swiglu with limit, no routing weight, no roundings: the launcher passes rb = 0, round = 0) through the
 // same ring as the act-quant kernels: the activations staged as f16 hi / lo halves in two token columns
 // (mma_stage_wo, MmaSegment::run with HL; the FP4 ones four blocks a chain, MmaSegment::run_chain), the weights
-// row-major, the FP4 codes in pair order (kernels/cuda/common.cuh fp4_pair_order; the runtime writes them so at load). The down stages only the slots of its group's tiles (two halves a slot would not fit every slot beside
-// the rings).
+// row-major, the FP4 codes in pair order (kernels/cuda/common.cuh fp4_pair_order; the runtime writes them so at
+// load). The down stages only the slots of its group's tiles (two halves a slot would not fit every slot beside the
+// rings).
 #include "kernels/linear/gemv_mma.cuh"
 
 using namespace smelt_dev;

@@ -69,15 +69,11 @@ bool decode_kernels() {
   return on;
 }
 
-bool mma_kernels(const OpLaunch& l, int min_arch) {
-  static const bool on = !env_off("SMELT_CUDA_MMA");
-  return on && decode_kernels() && l.arch >= min_arch;
-}
 bool mma_kernels_on(int arch, int min_arch) {
-  OpLaunch l;
-  l.arch = arch;
-  return mma_kernels(l, min_arch);
+  static const bool on = !env_off("SMELT_CUDA_MMA");
+  return on && decode_kernels() && arch >= min_arch;
 }
+bool mma_kernels(const OpLaunch& l, int min_arch) { return mma_kernels_on(l.arch, min_arch); }
 
 bool prefill_mma() {
   static const bool on = !env_off("SMELT_CUDA_PREFILL_MMA");

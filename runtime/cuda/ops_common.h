@@ -144,7 +144,7 @@ bool decode_kernels();
 // $SMELT_CUDA_MMA=0 asks for the CUDA-core kernels, which give the cpu backend's bits exactly (the tensor-core
 // block sums are within a stated tolerance of them, not bit-identical: docs/performance.md "Tensor-core decode").
 bool mma_kernels(const OpLaunch& l, int min_arch);
-bool mma_kernels_on(int arch, int min_arch);  // mma_kernels for a launch on a GPU of `arch`
+bool mma_kernels_on(int arch, int min_arch);  // the same for a GPU of `arch` (the backend's load-time choices)
 // Chunks of several rows (prefill, draft verification) through the one-row-at-a-time tensor-core decode kernels:
 // the act-quant linears in groups of up to 8 rows, the act-quant experts a row at a time (unless
 // $SMELT_CUDA_PREFILL_MMA=0: the exact CUDA-core chunk kernels, for A/B timing).
